@@ -1,0 +1,1 @@
+"""Prefect flows of kbsync: ``ingest`` and (later) ``evaluate``."""

@@ -1,0 +1,130 @@
+"""The ``ingest`` flow: roots -> (one subflow per root) -> batches of
+convert -> chunk -> embed -> upsert, then the run summary.
+
+The flow only arranges tasks; the work lives in ``kbsync`` and ``tasks``.
+It ends Failed when any file failed (after writing the summary artifact) and
+returns the JSON summary either way.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from prefect import flow, get_run_logger
+from prefect.futures import wait
+from prefect.runtime import flow_run
+from prefect.states import Failed
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import Field
+
+from kbsync.discover import iter_batches, parse_root
+from kbsync.errors import EmbeddingOutage, UsageError
+from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
+                           account_stage, new_run_id)
+from kbsync.lock import lock_path, write_lock
+from kbsync.models import SyncMode
+from kbsync.settings import Settings
+from tasks import ingest_tasks as t
+from tasks.artifacts import publish_summary, report_progress, start_progress
+from tasks.resources import release
+
+Globs = Annotated[list[str], Field(description="Glob patterns on the relative path or name.")]
+
+
+@flow(name="ingest-root", task_runner=ThreadPoolTaskRunner(max_workers=3),
+      flow_run_name="ingest-root-{root}")
+def ingest_root(root: str, namespace: str, mode: SyncMode, force: bool, dry_run: bool,
+                include: list[str], exclude: list[str], allow_mass_delete: bool,
+                max_delete_fraction: float, run_id: str) -> dict:
+    """One root: plan, then batches through the four stages, then deletions."""
+    logger = get_run_logger()
+    settings = Settings()
+    spec = parse_root(root)
+    summary = IngestSummary(run_id=run_id, namespace=namespace, collection=settings.collection,
+                            mode=mode.value, dry_run=dry_run)
+    guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
+    rp = t.plan_root(spec, settings, namespace=namespace, mode=mode, force=force,
+                     include=include, exclude=exclude, guard=guard)
+    account_plan(summary, rp)
+    logger.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
+    if dry_run:
+        account_dry_run(summary, rp)
+        return summary.to_dict()
+    batches = list(iter_batches(rp.to_process(), settings.files_per_batch))
+    progress = start_progress(spec.name) if batches else None
+    stages = []
+    for batch in batches:
+        converted = t.convert_batch.submit(batch, settings)
+        chunked = t.chunk_batch.submit(converted, settings)
+        embedded = t.embed_batch.submit(chunked, settings)
+        written = t.upsert_batch.submit(embedded, settings, namespace=namespace, run_id=run_id)
+        stages.append((converted, chunked, embedded, written))
+    for number, futures in enumerate(stages, 1):
+        wait(list(futures))
+        for future in futures:
+            account_stage(summary, future.result())
+        report_progress(progress, number, len(batches))
+        logger.info("root %s: batch %d/%d done", spec.name, number, len(batches))
+    summary.deleted += t.finish_root(rp, settings, namespace=namespace)
+    return summary.to_dict()
+
+
+@flow(name="ingest", log_prints=False, validate_parameters=True)
+def ingest(
+    roots: Annotated[list[str], Field(min_length=1, description=(
+        "Directories to sync; NAME=PATH sets the doc_id prefix (default: the last path part)."))],
+    namespace: Annotated[str, Field(min_length=1, max_length=200, description=(
+        "Tenant/namespace the documents belong to."))] = "default",
+    mode: Annotated[SyncMode, Field(description=(
+        "incremental never deletes; full deletes documents of these roots that are gone."))]
+        = SyncMode.INCREMENTAL,
+    force: Annotated[bool, Field(description="Reprocess every file even if unchanged.")] = False,
+    dry_run: Annotated[bool, Field(description="Only plan and report; write nothing.")] = False,
+    include: Globs = [],  # noqa: B006 - Prefect parameters need literal defaults
+    exclude: Globs = [],  # noqa: B006
+    allow_mass_delete: Annotated[bool, Field(description=(
+        "Let full mode delete an emptied root or more than max_delete_fraction."))] = False,
+    max_delete_fraction: Annotated[float, Field(ge=0, le=1, description=(
+        "Full mode refuses to delete more than this share of a root's documents."))] = 0.5,
+) -> dict:
+    """Sync directories into the knowledge base and return the JSON summary."""
+    started = time.perf_counter()
+    logger = get_run_logger()
+    settings = Settings()
+    specs = [parse_root(r) for r in roots]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two roots share a name in {names}; use NAME=PATH to tell them apart")
+    run_id = str(flow_run.get_id() or new_run_id())
+    summary = IngestSummary(run_id=run_id, namespace=namespace, collection=settings.collection,
+                            mode=mode.value, dry_run=dry_run)
+    guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
+    try:
+        with write_lock(lock_path(settings.home, settings.collection, namespace),
+                        timeout_s=settings.lock_timeout_s):
+            if mode is SyncMode.FULL and not allow_mass_delete:
+                for spec in specs:
+                    t.preflight_root(spec, settings, namespace=namespace, include=include,
+                                     exclude=exclude, guard=guard)
+            for spec in specs:
+                part = ingest_root(root=f"{spec.name}={spec.path}", namespace=namespace,
+                                   mode=mode, force=force, dry_run=dry_run, include=include,
+                                   exclude=exclude, allow_mass_delete=allow_mass_delete,
+                                   max_delete_fraction=max_delete_fraction, run_id=run_id)
+                summary.merge(part)
+    finally:
+        release(settings)
+    summary.duration_s = round(time.perf_counter() - started, 3)
+    result = summary.to_dict()
+    publish_summary(result)
+    logger.info("ingest %s: added %d, updated %d, unchanged %d, deleted %d, failed %d",
+                namespace, summary.added, summary.updated, summary.unchanged, summary.deleted,
+                summary.failed)
+    if summary.embedding_outage():
+        raise EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
+                              "the embedding endpoint looks down; nothing new was stored")
+    if summary.failed:
+        return Failed(message=f"{summary.failed} of {summary.files_seen} files failed",
+                      data=result)
+    return result

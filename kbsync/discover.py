@@ -1,0 +1,194 @@
+"""Walk roots safely and name every file with a stable ``doc_id``.
+
+``doc_id = <root name>/<relative POSIX path>``. The walk:
+- skips hidden directories and files (names starting with ``.``);
+- never follows a symlink whose target resolves outside the root, and visits
+  each real directory once (symlink loops end);
+- reports unreadable directories instead of failing the walk;
+- keeps names that are not valid UTF-8 readable and stable by writing their
+  undecodable bytes as ``\\xNN`` escapes in the doc_id.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from kbsync.errors import UsageError
+from kbsync.models import Failure, RootSpec, SourceFile
+
+log = logging.getLogger(__name__)
+
+HASH_BLOCK = 1 << 20
+
+
+@dataclass
+class Discovery:
+    """Files found under one root, plus what was skipped and why."""
+
+    root: RootSpec
+    files: list[SourceFile] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # unsupported types (relative paths)
+    problems: list[Failure] = field(default_factory=list)  # unreadable dirs, escaping links
+
+
+def parse_root(spec: str) -> RootSpec:
+    """Parse ``PATH`` or ``NAME=PATH`` into a checked :class:`RootSpec`.
+
+    Raises:
+        UsageError: the path does not exist, is not a directory, or is unreadable.
+    """
+    name, sep, raw_path = spec.partition("=")
+    if not sep or not name or "/" in name:
+        name, raw_path = "", spec
+    path = Path(raw_path).expanduser()
+    if not path.exists():
+        raise UsageError(f"root {raw_path!r} does not exist")
+    if not path.is_dir():
+        raise UsageError(f"root {raw_path!r} is not a directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UsageError(f"root {raw_path!r} is not readable")
+    resolved = path.resolve()
+    return RootSpec(name=name or resolved.name or "root", path=resolved)
+
+
+def _display(raw: str) -> str:
+    """A name as valid UTF-8: undecodable bytes become ``\\xNN`` escapes."""
+    return os.fsencode(raw).decode("utf-8", "backslashreplace")
+
+
+def _within(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _matches(rel: str, patterns: Sequence[str]) -> bool:
+    base = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(base, p) for p in patterns)
+
+
+def discover(
+    root: RootSpec,
+    *,
+    accept: Callable[[Path], bool] = lambda _p: True,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> Discovery:
+    """List the files under ``root`` in a stable (sorted) order.
+
+    Args:
+        root: the root to walk.
+        accept: files it rejects are listed in ``ignored`` (unsupported type).
+        include: glob patterns; when given, only matching files are considered.
+        exclude: glob patterns of files to leave out entirely.
+
+    Returns:
+        A :class:`Discovery`; ``files`` carry size and mtime, not yet a hash.
+    """
+    result = Discovery(root=root)
+    visited: set[tuple[int, int]] = set()
+    stack: list[tuple[Path, str]] = [(root.path, "")]
+    while stack:
+        directory, rel_dir = stack.pop()
+        try:
+            info = directory.stat()
+        except OSError as exc:
+            _problem(result, rel_dir, directory, "PermissionDenied", exc)
+            continue
+        if (info.st_dev, info.st_ino) in visited:
+            continue  # symlink loop or second link to the same directory
+        visited.add((info.st_dev, info.st_ino))
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            _problem(result, rel_dir, directory, "PermissionDenied", exc)
+            continue
+        subdirs = []
+        for entry in entries:
+            item = _classify(entry, root, rel_dir, result)
+            if item is None:
+                continue
+            kind, path, rel = item
+            if kind == "dir":
+                subdirs.append((path, rel))
+            elif not include or _matches(rel, include):
+                if exclude and _matches(rel, exclude):
+                    continue
+                _add_file(result, root, path, rel, accept)
+        stack.extend(reversed(subdirs))
+    result.files.sort(key=lambda f: f.doc_id)
+    return result
+
+
+def _classify(entry: os.DirEntry, root: RootSpec, rel_dir: str, result: Discovery):
+    """Decide what a directory entry is: ``("dir"|"file", path, rel)`` or ``None`` to skip."""
+    if entry.name.startswith("."):
+        return None
+    path = Path(entry.path)
+    rel = f"{rel_dir}/{_display(entry.name)}" if rel_dir else _display(entry.name)
+    try:
+        if entry.is_symlink():
+            target = path.resolve()
+            if not _within(target, root.path):
+                _problem(result, rel, path, "SymlinkOutsideRoot",
+                         f"symlink points outside the root to {target}")
+                return None
+        is_dir = entry.is_dir()  # follows symlinks, which are inside the root here
+        is_file = entry.is_file()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: resolve() on a loop
+        _problem(result, rel, path, "UnreadableEntry", exc)
+        return None
+    if is_dir:
+        return "dir", path, rel
+    if is_file:
+        return "file", path, rel
+    return None  # sockets, fifos, devices, dangling links
+
+
+def _add_file(result: Discovery, root: RootSpec, path: Path, rel: str, accept) -> None:
+    if not accept(path):
+        result.ignored.append(rel)
+        return
+    try:
+        info = path.stat()
+    except OSError as exc:
+        _problem(result, rel, path, "PermissionDenied", exc)
+        return
+    if not stat.S_ISREG(info.st_mode):
+        return
+    result.files.append(SourceFile(
+        doc_id=f"{root.name}/{rel}", root=root.name, path=path, rel_path=rel,
+        size=info.st_size, mtime_ns=info.st_mtime_ns,
+    ))
+
+
+def _problem(result: Discovery, rel: str, path: Path, error: str, reason) -> None:
+    doc_id = f"{result.root.name}/{rel}" if rel else result.root.name
+    message = f"{_display(str(path))}: {reason}"
+    log.warning("skipped %s: %s", doc_id, reason)
+    result.problems.append(Failure(doc_id=doc_id, path=_display(str(path)), error=error,
+                                   message=message))
+
+
+def hash_file(path: Path) -> str:
+    """sha256 of the file's bytes, streamed in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def iter_batches(items: Sequence, size: int) -> Iterable[list]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])

@@ -1,0 +1,41 @@
+"""The embedding provider interface.
+
+A provider turns texts into vectors and nothing more: batching, caching,
+retries and fallback live in :mod:`kbsync.embed.pipeline` so every provider
+gets them the same way.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Protocol, Sequence, runtime_checkable
+
+
+class TextKind(str, Enum):
+    """Some models (e5) embed queries and passages with different prefixes."""
+
+    QUERY = "query"
+    PASSAGE = "passage"
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """Embeds one batch of texts.
+
+    Attributes:
+        provider: ``local`` | ``hash`` | ``openai``.
+        model: the model id, part of every cache key.
+        dimension: length of every vector returned.
+    """
+
+    provider: str
+    model: str
+    dimension: int
+
+    def embed_batch(self, texts: Sequence[str], kind: TextKind) -> list[list[float]]:
+        """Return one vector per text, in input order.
+
+        Raises:
+            EmbeddingTransientError: retrying may help (429, 5xx, timeout).
+            EmbeddingPermanentError: it will not (401, 400, malformed reply).
+        """

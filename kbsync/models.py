@@ -1,0 +1,157 @@
+"""Small typed records passed between the stages.
+
+They are plain dataclasses (picklable, cheap) so Prefect can hand them from one
+task to the next and Dask can ship them between processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class DocStatus(str, Enum):
+    """State of a committed document."""
+
+    OK = "ok"
+    PARTIAL = "partial"  # some chunks carry a zero-vector fallback
+
+
+class SyncMode(str, Enum):
+    """incremental never deletes missing documents; full deletes them per root."""
+
+    INCREMENTAL = "incremental"
+    FULL = "full"
+
+
+class PlanAction(str, Enum):
+    """What the plan decided for one document."""
+
+    NEW = "new"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class RootSpec:
+    """A root directory and the name its doc_ids start with."""
+
+    name: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file found under a root. ``doc_id`` is ``root name / relative POSIX path``."""
+
+    doc_id: str
+    root: str
+    path: Path
+    rel_path: str
+    size: int
+    mtime_ns: int
+    content_hash: str | None = None
+
+
+@dataclass
+class Document:
+    """A converted file: Markdown plus where each page starts.
+
+    Invariant: ``page_offsets`` is empty or strictly increasing character
+    offsets into ``markdown``, the i-th being where page ``i + 1`` starts.
+    """
+
+    doc_id: str
+    path: str
+    markdown: str
+    title: str
+    source_type: str
+    converter: str
+    page_offsets: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def page_count(self) -> int | None:
+        """Number of pages (or slides) when the format has them."""
+        return len(self.page_offsets) or None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a document's Markdown within the token budget."""
+
+    doc_id: str
+    chunk_index: int
+    text: str
+    heading_path: str
+    page_start: int | None = None
+    page_end: int | None = None
+    token_count: int = 0
+
+
+@dataclass
+class DocState:
+    """What the store knows about one document of one namespace."""
+
+    doc_id: str
+    namespace: str
+    root: str
+    path: str
+    content_hash: str
+    fingerprint: str
+    chunk_count: int
+    status: DocStatus
+    updated_at: str
+    run_id: str
+    size: int
+    mtime_ns: int
+
+    def to_payload(self) -> dict[str, Any]:
+        """The record as a JSON-able payload."""
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> "DocState":
+        """Inverse of :meth:`to_payload`; unknown keys are ignored."""
+        names = cls.__dataclass_fields__.keys()
+        data = {k: payload[k] for k in names if k in payload}
+        data["status"] = DocStatus(data.get("status", DocStatus.OK.value))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A file that could not be processed, as reported in ``failures``."""
+
+    doc_id: str
+    path: str
+    error: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One search result with its citation fields."""
+
+    rank: int
+    score: float
+    doc_id: str
+    path: str
+    chunk_index: int
+    heading_path: str
+    page_start: int | None
+    page_end: int | None
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the ``results[]`` element of ``kbsync search --json``)."""
+        return asdict(self)

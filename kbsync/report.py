@@ -1,0 +1,40 @@
+"""Human-readable renderings of run summaries (Markdown for artifacts)."""
+
+from __future__ import annotations
+
+import re
+
+SUMMARY_FIELDS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed", "ignored",
+                  "chunks_raw", "chunks_kept", "embeddings_computed", "embeddings_cached",
+                  "embeddings_failed", "duration_s")
+
+
+def artifact_key(prefix: str, namespace: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits, dashes) stable per namespace."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", namespace.lower()).strip("-") or "default"
+    return f"{prefix}-{slug}"[:120]
+
+
+def summary_markdown(summary: dict) -> str:
+    """The ingest summary as a Markdown table, failures listed below it.
+
+    Shows the chunker's raw/kept figures so the ingest and search sides can be
+    read together.
+    """
+    state = "with failures" if summary["failed"] else "ok"
+    lines = [f"# kbsync ingest: {summary['namespace']} ({state})", "",
+             f"run `{summary['run_id']}`, mode `{summary['mode']}`, "
+             f"dry run: {summary['dry_run']}, roots: {', '.join(summary.get('roots', []))}", "",
+             "| metric | value |", "|---|---|"]
+    lines += [f"| {name} | {summary[name]} |" for name in SUMMARY_FIELDS]
+    if summary["failures"]:
+        lines += ["", "## Failures", "", "| doc_id | error | message |", "|---|---|---|"]
+        lines += [f"| {_cell(f['doc_id'])} | {f['error']} | {_cell(f['message'])} |"
+                  for f in summary["failures"][:200]]
+    if summary.get("warnings"):
+        lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in summary["warnings"][:100]]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")[:300]

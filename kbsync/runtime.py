@@ -1,0 +1,74 @@
+"""The live resources of a run: store, state records, embedding service, chunking.
+
+Opened once per process from :class:`Settings` and shared by every batch: the
+embedded engine allows one handle per folder, and the local model loads once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kbsync.chunk import ChunkConfig
+from kbsync.convert import CONVERTER_VERSION
+from kbsync.settings import Settings
+from kbsync.state import StateStore, fingerprint
+from kbsync.store import VectorStore, open_store
+from kbsync.sync import CHUNK_INDEXES
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Everything a stage needs besides its batch."""
+
+    settings: Settings
+    store: VectorStore
+    states: StateStore
+    service: object  # kbsync.embed.pipeline.EmbeddingService
+    chunk_config: ChunkConfig
+
+    @property
+    def collection(self) -> str:
+        """The chunk collection's name."""
+        return self.settings.collection
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of every setting that shapes stored points (see :func:`state.fingerprint`)."""
+        return fingerprint(
+            converter=CONVERTER_VERSION,
+            chunk_tokens=self.chunk_config.max_tokens,
+            chunk_overlap=self.chunk_config.overlap,
+            chunk_max_chars=self.chunk_config.max_chars,
+            provider=self.service.provider,
+            model=self.service.model,
+            dimension=self.service.dimension,
+        )
+
+    def embedding_info(self) -> dict:
+        """Provider, model and dimension, as shown by ``kbsync stats``."""
+        return {"provider": self.service.provider, "model": self.service.model,
+                "dimension": self.service.dimension}
+
+    def ensure_collection(self) -> None:
+        """Create the chunk collection, or fail clearly on a dimension mismatch."""
+        self.store.ensure_collection(self.collection, dimension=self.service.dimension,
+                                     keyword_indexes=CHUNK_INDEXES)
+
+    @classmethod
+    def open(cls, settings: Settings, *, with_embedder: bool = True) -> "Runtime":
+        """Open the store and build the embedding service described by ``settings``."""
+        from kbsync.embed import build_embedding_service
+
+        store = open_store(settings)
+        service = build_embedding_service(settings) if with_embedder else None
+        return cls(settings=settings, store=store,
+                   states=StateStore(store, settings.state_collection), service=service,
+                   chunk_config=ChunkConfig(max_tokens=settings.chunk_tokens,
+                                            overlap=settings.chunk_overlap))
+
+    def close(self) -> None:
+        """Release the store handle."""
+        self.store.close()

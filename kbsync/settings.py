@@ -1,0 +1,86 @@
+"""One settings object, read once at the edge (CLI, flow) and passed down.
+
+Every field maps to a ``KBSYNC_*`` environment variable. Secrets are
+``SecretStr`` so they never appear in ``repr``, logs, Prefect parameters or
+artifacts.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EmbedProvider(str, Enum):
+    """Where vectors come from."""
+
+    LOCAL = "local"
+    HASH = "hash"
+    OPENAI = "openai"
+
+
+DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_HASH_DIMENSION = 384
+
+
+class Settings(BaseSettings):
+    """kbsync configuration (environment variables prefixed ``KBSYNC_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KBSYNC_", extra="ignore")
+
+    home: Path = Field(Path(".kbsync"), description="State, embedded store and cache live here.")
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded engine.")
+    qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server.")
+    collection: str = Field("kbsync", description="Collection holding the chunks.")
+
+    embed_provider: EmbedProvider = Field(EmbedProvider.LOCAL, description="local | hash | openai")
+    embed_model: str | None = Field(None, description="Model name; provider default when unset.")
+    embed_base_url: str | None = Field(None, description="OpenAI-compatible endpoint base URL.")
+    embed_api_key: SecretStr | None = Field(None, description="Key for the embedding endpoint.")
+    embed_dimensions: int | None = Field(None, ge=1, description="Requested output dimension.")
+    embed_batch_size: int = Field(64, ge=1, le=2048, description="Texts per embedding request.")
+    embed_timeout_s: float = Field(60.0, gt=0, description="Per-request timeout (openai).")
+    embed_max_attempts: int = Field(5, ge=1, description="Attempts per batch before fallback.")
+    cache_size_gb: float = Field(4.0, gt=0, description="Embedding cache size bound.")
+
+    chunk_tokens: int = Field(400, ge=16, description="Token budget per chunk.")
+    chunk_overlap: int = Field(60, ge=0, description="Overlap in tokens between chunks.")
+    files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
+    lock_timeout_s: float = Field(0.0, ge=0, description="Wait this long for another writer.")
+    max_file_mb: float = Field(100.0, gt=0, description="Files above this size are refused.")
+
+    @property
+    def store_path(self) -> Path:
+        """Folder of the embedded Qdrant engine."""
+        return self.home / "qdrant"
+
+    @property
+    def cache_path(self) -> Path:
+        """Folder of the embedding disk cache."""
+        return self.home / "cache"
+
+    @property
+    def state_collection(self) -> str:
+        """Companion collection holding one state record per document."""
+        return f"{self.collection}_state"
+
+    def embed_model_name(self) -> str:
+        """The model name in effect, with the provider's default filled in."""
+        if self.embed_model:
+            return self.embed_model
+        if self.embed_provider is EmbedProvider.LOCAL:
+            return DEFAULT_LOCAL_MODEL
+        if self.embed_provider is EmbedProvider.HASH:
+            return f"hash-{self.embed_dimensions or DEFAULT_HASH_DIMENSION}"
+        return "text-embedding-3-small"
+
+    def public_dict(self) -> dict:
+        """Settings safe to log or show: secrets masked."""
+        data = self.model_dump(mode="json")
+        for key in ("qdrant_api_key", "embed_api_key"):
+            if data.get(key):
+                data[key] = "**********"
+        return data

@@ -1,0 +1,199 @@
+"""Per-document state kept in the vector store, and the plan derived from it.
+
+State lives in a companion collection (``<collection>_state``) of the same
+store, one record per (namespace, doc_id), so every worker and any restored
+store agree on it. Records carry a 1-dimensional constant vector only because
+the engines require one; nobody searches them.
+
+Planning writes nothing. A document is *unchanged* only when its record has the
+same fingerprint, status ``ok`` and either the same size and mtime (no hashing)
+or, failing that, the same content hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping, Sequence
+
+from kbsync.discover import hash_file
+from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
+from kbsync.store.base import Filter, Point, VectorStore
+
+STATE_NAMESPACE = uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f")
+STATE_VECTOR = [1.0]
+
+
+def stable_hash(value: Any) -> str:
+    """sha256 of ``value`` as sorted, compact JSON (never ``str(dict)``)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprint(**shaping: Any) -> str:
+    """Hash of everything that shapes a document's stored points.
+
+    Callers pass converter version, chunk budget/overlap/max size, embedding
+    provider, model and dimension. A change of any of them reprocesses every
+    document (the embedding cache still saves unchanged texts).
+    """
+    return stable_hash(shaping)[:32]
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp, second precision."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+class StateStore:
+    """Reads and writes :class:`DocState` records in the companion collection."""
+
+    def __init__(self, store: VectorStore, collection: str) -> None:
+        self._store = store
+        self._collection = collection
+        self._ready = False
+
+    def _ensure(self) -> None:
+        if not self._ready:
+            self._store.ensure_collection(
+                self._collection, dimension=1, keyword_indexes=("namespace", "root", "doc_id"))
+            self._ready = True
+
+    @staticmethod
+    def record_id(namespace: str, doc_id: str) -> str:
+        """Deterministic point id of a document's state record."""
+        return str(uuid.uuid5(STATE_NAMESPACE, json.dumps([namespace, doc_id])))
+
+    def load(self, namespace: str, root: str | None = None) -> dict[str, DocState]:
+        """Every record of ``namespace`` (and ``root`` when given), keyed by doc_id."""
+        if self._store.collection_dimension(self._collection) is None:
+            return {}
+        flt = Filter.where(namespace=namespace, **({"root": root} if root else {}))
+        return {p.payload["doc_id"]: DocState.from_payload(p.payload)
+                for p in self._store.scroll(self._collection, flt)}
+
+    def get(self, namespace: str, doc_id: str) -> DocState | None:
+        """The record of one document, or ``None``."""
+        if self._store.collection_dimension(self._collection) is None:
+            return None
+        hits = list(self._store.scroll(self._collection, Filter.where(namespace=namespace,
+                                                                       doc_id=doc_id)))
+        return DocState.from_payload(hits[0].payload) if hits else None
+
+    def commit(self, states: Sequence[DocState]) -> None:
+        """Write records (the last step of a document's write order)."""
+        if not states:
+            return
+        self._ensure()
+        self._store.upsert(self._collection, [
+            Point(id=self.record_id(s.namespace, s.doc_id), payload=s.to_payload(),
+                  vector=STATE_VECTOR) for s in states])
+
+    def remove(self, namespace: str, doc_ids: Iterable[str]) -> None:
+        """Delete records (after the documents' points are gone)."""
+        ids = [self.record_id(namespace, d) for d in doc_ids]
+        if ids and self._store.collection_dimension(self._collection) is not None:
+            self._store.delete_ids(self._collection, ids)
+
+    def namespaces(self) -> dict[str, dict[str, int]]:
+        """Per namespace: number of documents and of ``partial`` ones."""
+        out: dict[str, dict[str, int]] = {}
+        if self._store.collection_dimension(self._collection) is None:
+            return out
+        for point in self._store.scroll(self._collection):
+            entry = out.setdefault(point.payload["namespace"], {"documents": 0, "partial": 0})
+            entry["documents"] += 1
+            entry["partial"] += point.payload.get("status") == DocStatus.PARTIAL.value
+        return out
+
+
+@dataclass
+class PlanItem:
+    """One file and what to do with it."""
+
+    action: PlanAction
+    file: SourceFile | None  # None for MISSING
+    previous: DocState | None
+
+    @property
+    def doc_id(self) -> str:
+        """The document's id."""
+        return self.file.doc_id if self.file else self.previous.doc_id  # type: ignore[union-attr]
+
+
+@dataclass
+class Plan:
+    """The diff between the files on disk and the state in the store."""
+
+    items: list[PlanItem] = field(default_factory=list)
+    hashed: int = 0
+    failures: list[Failure] = field(default_factory=list)  # files that could not be hashed
+
+    def of(self, action: PlanAction) -> list[PlanItem]:
+        """Items with the given action, in doc_id order."""
+        return [i for i in self.items if i.action is action]
+
+    def counts(self) -> dict[str, int]:
+        """Number of items per action."""
+        return {a.value: len(self.of(a)) for a in PlanAction}
+
+
+def plan_files(
+    files: Sequence[SourceFile],
+    states: Mapping[str, DocState],
+    *,
+    fingerprint: str,
+    force: bool = False,
+) -> Plan:
+    """Classify files as new, changed or unchanged, and records as missing.
+
+    Hashes a file only when its size or mtime differ from the record (or when
+    forced). Returned ``SourceFile``s carry ``content_hash`` when it was computed.
+    """
+    plan = Plan()
+    seen: set[str] = set()
+    for source in files:
+        seen.add(source.doc_id)
+        previous = states.get(source.doc_id)
+        if previous is None:
+            hashed = _hashed(source, plan)
+            if hashed:
+                plan.items.append(PlanItem(PlanAction.NEW, hashed, None))
+            continue
+        reusable = (not force and previous.fingerprint == fingerprint
+                    and previous.status is DocStatus.OK)
+        if reusable and previous.size == source.size and previous.mtime_ns == source.mtime_ns:
+            source = _with_hash(source, previous.content_hash)
+            plan.items.append(PlanItem(PlanAction.UNCHANGED, source, previous))
+            continue
+        source = _hashed(source, plan)
+        if source is None:
+            continue
+        same = reusable and source.content_hash == previous.content_hash
+        plan.items.append(PlanItem(PlanAction.UNCHANGED if same else PlanAction.CHANGED,
+                                   source, previous))
+    for doc_id in sorted(set(states) - seen):
+        plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
+    return plan
+
+
+def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
+    """``source`` with its content hash, or ``None`` (reported) when unreadable.
+
+    An unreadable file keeps its previous version and state; the next run retries.
+    """
+    try:
+        digest = hash_file(source.path)
+    except OSError as exc:
+        plan.failures.append(Failure(source.doc_id, str(source.path), "PermissionDenied",
+                                     f"{source.path}: cannot read: {exc.strerror or exc}"))
+        return None
+    plan.hashed += 1
+    return _with_hash(source, digest)
+
+
+def _with_hash(source: SourceFile, content_hash: str) -> SourceFile:
+    return SourceFile(**{**source.__dict__, "content_hash": content_hash})

@@ -1,0 +1,242 @@
+"""Checks shared by every adapter, applied before anything reaches an engine.
+
+Nothing here imports a Qdrant type: each adapter turns the validated values
+into its own engine's records. Validation covers a whole batch before the
+first write, so a bad point never leaves half a batch written.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from kbsync.errors import DimensionMismatch, InvalidVector, UsageError
+from kbsync.store.base import Filter, Match, Point, Scalar
+
+# Collection names become folder names in the edge adapter: keep them to a
+# portable, traversal-free alphabet that a Qdrant server accepts as well.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+TENANT_KEYS = frozenset({"namespace"})
+"""Keyword indexes created as tenant indexes (Qdrant co-locates each value's points)."""
+
+FAILED_FLAG = "embedding_failed"
+"""Payload key that allows an all-zero vector (a chunk whose embedding failed)."""
+
+# Above this the engines' float32 storage overflows to infinity.
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class ValidPoint:
+    """A point that passed validation: canonical id, float vector, payload."""
+
+    id: str
+    vector: list[float]
+    payload: dict[str, Any]
+
+
+def check_collection_name(name: str) -> str:
+    """Return ``name`` if it is a safe collection name.
+
+    Raises:
+        UsageError: empty, too long, or holds characters other than
+            letters, digits, ``_`` and ``-`` (it becomes a folder name).
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise UsageError(
+            f"invalid collection name {name!r}: use 1-128 letters, digits, '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_dimension(dimension: int) -> int:
+    """Return ``dimension`` if it is a positive int, else raise ``UsageError``."""
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+        raise UsageError(f"vector dimension must be a positive integer, got {dimension!r}")
+    return dimension
+
+
+def check_point_id(point_id: str) -> str:
+    """Return ``point_id`` if it is a canonical (lower-case, hyphenated) UUID string.
+
+    Canonical form is required because engines hand ids back canonicalised:
+    accepting ``"ABC..."`` would make read-back ids differ from written ones.
+
+    Raises:
+        UsageError: not a string, or not a canonical UUID.
+    """
+    if isinstance(point_id, str):
+        try:
+            if str(uuid.UUID(point_id)) == point_id:
+                return point_id
+        except ValueError:
+            pass
+    raise UsageError(f"point id must be a canonical UUID string, got {point_id!r}")
+
+
+def check_ids(ids: Sequence[str]) -> list[str]:
+    """Validate a sequence of point ids (see :func:`check_point_id`)."""
+    if isinstance(ids, str):
+        raise UsageError("ids must be a sequence of UUID strings, not one string")
+    return [check_point_id(i) for i in ids]
+
+
+def check_vector(
+    vector: Sequence[float] | None, dimension: int, *, allow_zero: bool, what: str
+) -> list[float]:
+    """Return ``vector`` as a list of Python floats after checking it.
+
+    Args:
+        vector: the values; never padded or truncated here.
+        dimension: the collection's dimension.
+        allow_zero: whether an all-zero vector is acceptable.
+        what: names the vector in error messages (``"point <id>"``).
+
+    Raises:
+        InvalidVector: missing, not numeric, not 1-D, non-finite (also
+            after float32 conversion), or all zeros while not allowed.
+        DimensionMismatch: length differs from ``dimension``.
+    """
+    if vector is None:
+        raise InvalidVector(f"{what} has no vector")
+    try:
+        arr = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVector(f"{what}: vector is not a sequence of numbers") from exc
+    if arr.ndim != 1:
+        raise InvalidVector(f"{what}: vector must be one-dimensional, got shape {arr.shape}")
+    if arr.shape[0] != dimension:
+        raise DimensionMismatch(
+            f"{what}: vector has dimension {arr.shape[0]}, the collection expects {dimension}"
+        )
+    if not np.isfinite(arr).all():
+        raise InvalidVector(f"{what}: vector holds NaN or infinite values")
+    if np.abs(arr).max(initial=0.0) > _F32_MAX:
+        raise InvalidVector(f"{what}: vector values overflow float32 storage")
+    if not allow_zero and not arr.any():
+        raise InvalidVector(
+            f"{what}: vector is all zeros (allowed only with payload {FAILED_FLAG}=True)"
+        )
+    return arr.tolist()
+
+
+def validate_points(points: Sequence[Point], dimension: int) -> list[ValidPoint]:
+    """Check a whole batch before any write (see :func:`check_vector`).
+
+    A zero vector is accepted only when the point's payload holds
+    ``embedding_failed: True`` (the embed stage's explicit fallback marker).
+
+    Raises:
+        UsageError: a bad id, a non-dict payload, or an id given twice.
+        InvalidVector, DimensionMismatch: see :func:`check_vector`.
+    """
+    valid: list[ValidPoint] = []
+    seen: set[str] = set()
+    for point in points:
+        pid = check_point_id(point.id)
+        if pid in seen:
+            # Two versions of one id in a batch: which one wins is engine-defined.
+            raise UsageError(f"point id {pid} appears twice in one upsert batch")
+        seen.add(pid)
+        payload = point.payload if point.payload is not None else {}
+        if not isinstance(payload, dict):
+            raise UsageError(f"point {pid}: payload must be a dict, got {type(payload).__name__}")
+        allow_zero = payload.get(FAILED_FLAG) is True
+        vec = check_vector(point.vector, dimension, allow_zero=allow_zero, what=f"point {pid}")
+        valid.append(ValidPoint(pid, vec, payload))
+    return valid
+
+
+def check_query(vector: Sequence[float], dimension: int) -> list[float]:
+    """Validate a search vector: right length, finite, not all zeros."""
+    return check_vector(vector, dimension, allow_zero=False, what="query")
+
+
+def check_limit(value: int, what: str) -> int:
+    """Return ``value`` if it is a positive int, else raise ``UsageError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_score_threshold(value: float | None) -> float | None:
+    """Return a finite threshold (or ``None``), else raise ``UsageError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"score_threshold must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_scalar(value: Any, key: str) -> Scalar:
+    if not isinstance(value, (str, int)):  # bool is an int
+        raise UsageError(f"filter on {key!r}: values must be str, int or bool, got {value!r}")
+    return value
+
+
+def check_match(match: Match) -> Match:
+    """Return ``match`` if exactly one of ``value``/``any_of`` is set with scalar values."""
+    if not isinstance(match, Match):
+        raise UsageError(f"filter conditions must be Match, got {type(match).__name__}")
+    if not isinstance(match.key, str) or not match.key:
+        raise UsageError(f"filter key must be a non-empty string, got {match.key!r}")
+    if (match.value is None) == (match.any_of is None):
+        raise UsageError(f"filter on {match.key!r}: set exactly one of value and any_of")
+    if match.any_of is None:
+        _check_scalar(match.value, match.key)
+    else:
+        if isinstance(match.any_of, (str, bytes)):
+            raise UsageError(f"filter on {match.key!r}: any_of must be a tuple of values")
+        for v in match.any_of:
+            _check_scalar(v, match.key)
+    return match
+
+
+def check_filter(flt: Filter | None) -> Filter | None:
+    """Validate every condition; ``None`` and an empty filter mean "everything"."""
+    if flt is None:
+        return None
+    if not isinstance(flt, Filter):
+        raise UsageError(f"expected a kbsync Filter, got {type(flt).__name__}")
+    for m in (*flt.must, *flt.must_not):
+        check_match(m)
+    return flt
+
+
+def is_empty(flt: Filter | None) -> bool:
+    """Whether ``flt`` matches every point (no conditions at all)."""
+    return flt is None or (not flt.must and not flt.must_not)
+
+
+def require_conditions(flt: Filter | None) -> Filter:
+    """Refuse a delete filter that would match the whole collection.
+
+    Raises:
+        UsageError: ``flt`` is ``None`` or has no conditions.
+    """
+    checked = check_filter(flt)
+    if checked is None or is_empty(checked):
+        raise UsageError("refusing to delete with an empty filter: it would wipe the collection")
+    return checked
+
+
+def any_of_kind(values: Sequence[Scalar]) -> str:
+    """Classify an ``any_of`` list for the engines' "match any" condition.
+
+    Returns ``"str"`` or ``"int"`` when the values are homogeneous (the only
+    lists Qdrant's MatchAny accepts), else ``"mixed"`` (booleans included):
+    adapters then express the condition as a nested ``should`` of equalities.
+    An empty list is ``"str"``: MatchAny([]) matches nothing on every engine.
+    """
+    if all(isinstance(v, str) for v in values):
+        return "str"
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "int"
+    return "mixed"

@@ -1,0 +1,407 @@
+"""The embedded adapter: qdrant-edge-py (pinned to 0.9.0; its API still moves).
+
+Each collection is one EdgeShard folder ``<path>/<name>/``. The engine allows
+one open handle per folder, so an ``EdgeStore`` takes an exclusive lock on
+``<path>/.lock`` for its whole life: a second store on the same folder (in
+this process or another) fails at once with ``StoreUnavailable`` instead of
+failing on its first write.
+
+The binding is not documented as thread-safe, and Prefect runs tasks in
+threads sharing one store: every call into a shard holds that shard's lock.
+
+Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
+``tests/store/test_conformance.py``):
+
+- it raises bare ``Exception`` with a message; we translate by message;
+- the shard config is persisted in ``<folder>/edge_config.json`` (documented),
+  which is where the dimension of an existing collection is read from;
+- ``MatchValue(True)`` is converted to the *integer* 1 (a Python bool is an
+  int), so a bool never matches; a ``numpy.bool_`` is converted to a bool;
+- ``optimize()`` builds HNSW indexes in-process and holds the GIL: call
+  :meth:`EdgeStore.optimize` after bulk loads, never on a request path.
+
+Room for hybrid search: the config is a dict of named vectors, so a sparse
+vector (BM25 with the IDF modifier) is one more ``sparse_vectors`` entry, or
+``UpdateOperation.create_sparse_vector`` on an existing shard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import qdrant_edge as qe
+
+from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
+from kbsync.store import _convert as cv
+from kbsync.store.base import DENSE, Filter, Match, Point, Scalar, ScoredPoint
+
+try:  # POSIX only; elsewhere the engine's own WAL lock still refuses a second handle
+    import fcntl
+except ImportError:  # pragma: no cover - not exercised on Linux CI
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+_CONFIG_FILE = "edge_config.json"
+_LOCK_FILE = ".lock"
+_WRITE_BATCH = 1024  # points per update call: bounds one call's memory, not durability
+
+
+def _translate(exc: Exception, action: str, name: str) -> KbsyncError:
+    """Turn a binding exception (bare ``Exception`` + message) into a kbsync error."""
+    msg = str(exc)
+    text = f"edge store: {action} on collection {name!r} failed: {msg}"
+    low = msg.lower()
+    if "wouldblock" in low or "temporarily unavailable" in low or "locked" in low:
+        return StoreUnavailable(text)
+    if "dimension error" in low:
+        return DimensionMismatch(text)
+    return StoreError(text)
+
+
+@contextmanager
+def _errors(action: str, name: str) -> Iterator[None]:
+    """Translate everything the binding raises; let our own errors through."""
+    try:
+        yield
+    except KbsyncError:
+        raise
+    except Exception as exc:  # the binding raises bare Exception/TypeError/ValueError
+        raise _translate(exc, action, name) from exc
+
+
+@dataclass
+class _Shard:
+    """An open shard, its dense dimension, and the lock serialising calls into it."""
+
+    shard: Any
+    dimension: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _match_value(value: Scalar) -> Any:
+    # See module docstring: only numpy.bool_ reaches the engine as a bool.
+    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
+
+
+def _condition(match: Match) -> Any:
+    """One kbsync Match as an edge condition."""
+    if match.any_of is None:
+        return qe.FieldCondition(key=match.key, match=_match_value(match.value))
+    values = list(match.any_of)
+    if cv.any_of_kind(values) != "mixed":
+        return qe.FieldCondition(key=match.key, match=qe.MatchAny(values))
+    # MatchAny takes only all-str or all-int lists: "one of" becomes OR of equalities.
+    return qe.Filter(should=[qe.FieldCondition(key=match.key, match=_match_value(v))
+                             for v in values])
+
+
+def to_edge_filter(flt: Filter | None) -> Any:
+    """Translate our filter into ``qdrant_edge.Filter`` (``None`` when empty)."""
+    flt = cv.check_filter(flt)
+    if cv.is_empty(flt):
+        return None
+    return qe.Filter(
+        must=[_condition(m) for m in flt.must] or None,
+        must_not=[_condition(m) for m in flt.must_not] or None,
+    )
+
+
+def _read_dimension(folder: Path, name: str) -> int:
+    """The dense dimension recorded in the shard's persisted config."""
+    try:
+        config = json.loads((folder / _CONFIG_FILE).read_text(encoding="utf-8"))
+        params = config["vectors"][DENSE]
+        size, distance = int(params["size"]), params.get("distance")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(
+            f"edge store: collection {name!r} at {folder} has no readable dense vector "
+            f"{DENSE!r} in {_CONFIG_FILE} (made by another tool or version?)"
+        ) from exc
+    if distance != "Cosine":
+        raise StoreError(f"edge store: collection {name!r} uses {distance} distance, not Cosine")
+    return size
+
+
+def _vector_of(record: Any) -> list[float] | None:
+    vec = record.vector
+    if isinstance(vec, dict):
+        vec = vec.get(DENSE)
+    return list(vec) if vec is not None else None
+
+
+class EdgeStore:
+    """:class:`~kbsync.store.base.VectorStore` over the embedded Qdrant Edge engine.
+
+    Invariants: one ``EdgeStore`` per ``path`` at a time (exclusive lock held
+    until :meth:`close`); collections are cosine, one named dense vector
+    ``DENSE``; writes are validated before they reach the engine. Reads on a
+    missing collection return nothing; writes on one raise ``StoreError``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        """Open (creating if needed) the store folder and lock it.
+
+        Raises:
+            StoreUnavailable: another store holds the folder.
+            StoreError: the folder cannot be created or locked.
+        """
+        self.path = Path(path)
+        self._shards: dict[str, _Shard] = {}
+        self._lock = threading.Lock()  # guards _shards and _closed
+        self._closed = False
+        self._lock_fd: int | None = None
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"edge store: cannot open store folder {self.path}: {exc}") from exc
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                raise StoreUnavailable(
+                    f"edge store at {self.path} is in use by another process or store "
+                    "(the embedded engine allows one writer per folder; close it, or use a "
+                    "Qdrant server via KBSYNC_QDRANT_URL)"
+                ) from exc
+        self._lock_fd = fd
+
+    # --- handles ------------------------------------------------------------
+    def _folder(self, name: str) -> Path:
+        return self.path / cv.check_collection_name(name)
+
+    def _get(self, name: str) -> _Shard | None:
+        """The open shard for ``name``, loading it on first use; ``None`` if missing."""
+        folder = self._folder(name)
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"edge store at {self.path} is closed")
+            handle = self._shards.get(name)
+            if handle is not None:
+                return handle
+            if not (folder / _CONFIG_FILE).is_file():
+                return None
+            dimension = _read_dimension(folder, name)
+            with _errors("load", name):
+                shard = qe.EdgeShard.load(str(folder))
+            handle = self._shards[name] = _Shard(shard, dimension)
+            return handle
+
+    def _require(self, name: str) -> _Shard:
+        handle = self._get(name)
+        if handle is None:
+            raise StoreError(
+                f"edge store: collection {name!r} does not exist (call ensure_collection first)"
+            )
+        return handle
+
+    # --- VectorStore --------------------------------------------------------
+    def ensure_collection(
+        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = ()
+    ) -> None:
+        """Create the collection if missing, else check its dimension; add missing indexes.
+
+        Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes.
+
+        Raises:
+            DimensionMismatch: the existing collection has another dimension.
+        """
+        cv.check_dimension(dimension)
+        handle = self._get(name)
+        if handle is None:
+            folder = self._folder(name)
+            config = qe.EdgeConfig(
+                vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)}
+            )
+            with self._lock:
+                if self._closed:
+                    raise StoreError(f"edge store at {self.path} is closed")
+                handle = self._shards.get(name)
+                if handle is None:
+                    with _errors("create", name):
+                        shard = qe.EdgeShard.create(str(folder), config)
+                    handle = self._shards[name] = _Shard(shard, dimension)
+                    log.info("created edge collection %s (dim %d) at %s", name, dimension, folder)
+        if handle.dimension != dimension:
+            raise DimensionMismatch(
+                f"collection {name!r} has dimension {handle.dimension}, requested {dimension} "
+                "(embedding model changed? use another collection or re-create it)"
+            )
+        with handle.lock, _errors("create index", name):
+            existing = set(handle.shard.info().payload_schema)
+            for key in keyword_indexes:
+                if key in existing:
+                    continue
+                params = qe.KeywordIndexParams(is_tenant=True if key in cv.TENANT_KEYS else None)
+                handle.shard.update(qe.UpdateOperation.create_field_index(key, params))
+
+    def collection_dimension(self, name: str) -> int | None:
+        """The dense dimension of ``name``, or ``None`` when it does not exist."""
+        handle = self._get(name)
+        return None if handle is None else handle.dimension
+
+    def upsert(self, name: str, points: Sequence[Point]) -> None:
+        """Insert or replace points after validating the whole batch.
+
+        Raises:
+            StoreError: the collection does not exist.
+            DimensionMismatch, InvalidVector, UsageError: see ``_convert.validate_points``.
+        """
+        handle = self._require(name)
+        valid = cv.validate_points(points, handle.dimension)
+        for start in range(0, len(valid), _WRITE_BATCH):
+            batch = [qe.Point(p.id, {DENSE: p.vector}, p.payload)
+                     for p in valid[start:start + _WRITE_BATCH]]
+            with handle.lock, _errors("upsert", name):
+                handle.shard.update(qe.UpdateOperation.upsert_points(batch))
+
+    def delete_ids(self, name: str, ids: Sequence[str]) -> None:
+        """Delete points by id; unknown ids and a missing collection are ignored."""
+        checked = cv.check_ids(ids)
+        handle = self._get(name)
+        if handle is None or not checked:
+            return
+        with handle.lock, _errors("delete ids", name):
+            handle.shard.update(qe.UpdateOperation.delete_points(checked))
+
+    def delete(self, name: str, flt: Filter) -> None:
+        """Delete every point matching ``flt``.
+
+        Raises:
+            UsageError: ``flt`` has no conditions (it would wipe the collection).
+        """
+        edge_filter = to_edge_filter(cv.require_conditions(flt))
+        handle = self._get(name)
+        if handle is None:
+            return
+        with handle.lock, _errors("delete", name):
+            handle.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
+
+    def scroll(
+        self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
+        with_vectors: bool = False, page_size: int = 1024,
+    ) -> Iterator[Point]:
+        """Iterate over matching points in id order, one locked engine call per page.
+
+        Points written or deleted while iterating may or may not be seen.
+        """
+        cv.check_limit(page_size, "page_size")
+        edge_filter = to_edge_filter(flt)
+        handle = self._get(name)
+        if handle is None:
+            return
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset, limit=page_size, filter=edge_filter,
+                with_payload=with_payload, with_vector=[DENSE] if with_vectors else False,
+            )
+            with handle.lock, _errors("scroll", name):
+                records, offset = handle.shard.scroll(request)
+            for rec in records:
+                yield Point(
+                    id=str(rec.id),
+                    payload=(rec.payload or {}) if with_payload else {},
+                    vector=_vector_of(rec) if with_vectors else None,
+                )
+            if offset is None:
+                return
+
+    def count(self, name: str, flt: Filter | None = None) -> int:
+        """Exact number of matching points (0 when the collection is missing)."""
+        edge_filter = to_edge_filter(flt)
+        handle = self._get(name)
+        if handle is None:
+            return 0
+        with handle.lock, _errors("count", name):
+            return int(handle.shard.count(qe.CountRequest(exact=True, filter=edge_filter)))
+
+    def search(
+        self, name: str, vector: Sequence[float], *, limit: int,
+        flt: Filter | None = None, score_threshold: float | None = None,
+    ) -> list[ScoredPoint]:
+        """Nearest points by cosine similarity, best first ([] when the collection is missing).
+
+        Raises:
+            DimensionMismatch, InvalidVector: a bad query vector.
+        """
+        cv.check_limit(limit, "limit")
+        threshold = cv.check_score_threshold(score_threshold)
+        edge_filter = to_edge_filter(flt)
+        handle = self._get(name)
+        if handle is None:
+            return []
+        query = cv.check_query(vector, handle.dimension)
+        request = qe.QueryRequest(
+            limit=limit, query=qe.Query.Nearest(query, using=DENSE), filter=edge_filter,
+            score_threshold=threshold, with_payload=True, with_vector=False,
+        )
+        with handle.lock, _errors("search", name):
+            hits = handle.shard.query(request)
+        return [ScoredPoint(str(h.id), float(h.score), h.payload or {}) for h in hits]
+
+    # --- extras -------------------------------------------------------------
+    def optimize(self, name: str | None = None) -> bool:
+        """Merge segments and build HNSW indexes (all open collections when ``name`` is None).
+
+        Blocking and GIL-holding: run it after a bulk load, not while serving.
+        Returns whether anything was optimized.
+        """
+        with self._lock:
+            targets = list(self._shards.items()) if name is None else []
+        if name is not None:
+            targets = [(name, self._require(name))]
+        changed = False
+        for cname, handle in targets:
+            with handle.lock, _errors("optimize", cname):
+                changed = bool(handle.shard.optimize()) or changed
+        return changed
+
+    def flush(self) -> None:
+        """Flush every open collection to disk."""
+        with self._lock:
+            targets = list(self._shards.items())
+        for cname, handle in targets:
+            with handle.lock, _errors("flush", cname):
+                handle.shard.flush()
+
+    def close(self) -> None:
+        """Flush and close every shard, then release the folder lock (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            targets, self._shards = list(self._shards.items()), {}
+        first_error: KbsyncError | None = None
+        for cname, handle in targets:
+            try:
+                with handle.lock, _errors("close", cname):
+                    handle.shard.flush()
+                    handle.shard.close()
+            except KbsyncError as exc:  # close the others, then report the first failure
+                log.error("closing edge collection %s failed: %s", cname, exc)
+                first_error = first_error or exc
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> "EdgeStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EdgeStore({str(self.path)!r})"

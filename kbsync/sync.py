@@ -1,0 +1,140 @@
+"""The per-document write order: upsert new points, delete stale ones, commit state.
+
+Invariant (see ``tests/sync/test_atomicity.py``): until a document's state is
+committed, its previous version stays searchable; a crash at any point leaves
+the old state, and re-running redoes the document idempotently because point
+ids are deterministic (uuid5 over namespace, doc_id, chunk index, text hash).
+Nothing here deletes a document because something failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from kbsync.models import Chunk, DocState, DocStatus, SourceFile
+from kbsync.state import StateStore, utc_now
+from kbsync.store.base import Filter, Point, VectorStore
+
+log = logging.getLogger(__name__)
+
+POINT_NAMESPACE = uuid.UUID("1b6f2a8e-0d4c-4f3b-9a57-7c2e5d9e8a10")
+CHUNK_INDEXES = ("namespace", "doc_id")
+
+
+def point_id(namespace: str, doc_id: str, chunk_index: int, text: str) -> str:
+    """Deterministic point id: uuid5 over (namespace, doc_id, chunk index, text hash)."""
+    text_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return str(uuid.uuid5(POINT_NAMESPACE, json.dumps([namespace, doc_id, chunk_index, text_hash])))
+
+
+@dataclass
+class PreparedDoc:
+    """A document ready to be written: its chunks and one vector per chunk."""
+
+    source: SourceFile
+    chunks: list[Chunk]
+    vectors: list[list[float]]
+    failed: list[bool]
+    title: str = ""
+    source_type: str = ""
+    extra_payload: dict = field(default_factory=dict)
+
+    @property
+    def status(self) -> DocStatus:
+        """``partial`` when any chunk carries the zero-vector fallback."""
+        return DocStatus.PARTIAL if any(self.failed) else DocStatus.OK
+
+
+def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
+    """The points of one document (payload = the citation fields plus bookkeeping)."""
+    points = []
+    for chunk, vector, failed in zip(doc.chunks, doc.vectors, doc.failed, strict=True):
+        payload = {
+            "namespace": namespace, "doc_id": doc.source.doc_id, "root": doc.source.root,
+            "path": str(doc.source.path), "rel_path": doc.source.rel_path,
+            "chunk_index": chunk.chunk_index, "text": chunk.text,
+            "heading_path": chunk.heading_path, "page_start": chunk.page_start,
+            "page_end": chunk.page_end, "content_hash": doc.source.content_hash,
+            "embedding_failed": failed, "title": doc.title, "source_type": doc.source_type,
+            **doc.extra_payload,
+        }
+        points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
+                                        chunk.text), payload=payload, vector=vector))
+    return points
+
+
+def write_document(
+    doc: PreparedDoc,
+    *,
+    store: VectorStore,
+    states: StateStore,
+    collection: str,
+    namespace: str,
+    fingerprint: str,
+    run_id: str,
+) -> DocState:
+    """Replace one document in the store, in the crash-safe order.
+
+    1. upsert the new points (old and new coexist: the old version still answers);
+    2. delete this document's points that are not in the new set;
+    3. commit the state record.
+
+    Returns:
+        The committed state.
+    Raises:
+        KbsyncError: a store failure; the previous state is then left as it was.
+    """
+    points = build_points(doc, namespace)
+    store.upsert(collection, points)
+    keep = {p.id for p in points}
+    flt = Filter.where(namespace=namespace, doc_id=doc.source.doc_id)
+    stale = [p.id for p in store.scroll(collection, flt, with_payload=False) if p.id not in keep]
+    if stale:
+        store.delete_ids(collection, stale)
+    state = DocState(
+        doc_id=doc.source.doc_id, namespace=namespace, root=doc.source.root,
+        path=str(doc.source.path), content_hash=doc.source.content_hash or "",
+        fingerprint=fingerprint, chunk_count=len(points), status=doc.status,
+        updated_at=utc_now(), run_id=run_id, size=doc.source.size,
+        mtime_ns=doc.source.mtime_ns,
+    )
+    states.commit([state])
+    log.debug("wrote %s: %d points, %d stale removed", doc.source.doc_id, len(points), len(stale))
+    return state
+
+
+def delete_documents(
+    doc_ids: Sequence[str], *, store: VectorStore, states: StateStore, collection: str,
+    namespace: str,
+) -> int:
+    """Remove documents: their points first, then their state records.
+
+    A crash between the two leaves a record without points, which the next run
+    sees as missing again and deletes idempotently.
+
+    Returns:
+        The number of documents removed.
+    """
+    for doc_id in doc_ids:
+        store.delete(collection, Filter.where(namespace=namespace, doc_id=doc_id))
+    states.remove(namespace, doc_ids)
+    return len(doc_ids)
+
+
+def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
+                 states: StateStore) -> None:
+    """Record a new size/mtime for files whose content hash proved unchanged.
+
+    This keeps the next run's quick stat check hash-free after a ``touch`` or copy.
+    """
+    updated = []
+    for source, state in zip(sources, previous, strict=True):
+        if (state.size, state.mtime_ns) != (source.size, source.mtime_ns):
+            updated.append(DocState(**{**state.__dict__, "size": source.size,
+                                       "mtime_ns": source.mtime_ns}))
+    states.commit(updated)

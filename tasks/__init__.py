@@ -1,0 +1,1 @@
+"""Prefect task wrappers over the kbsync core (retries, timeouts, tags, batching)."""

@@ -1,0 +1,92 @@
+"""The ingest stages as Prefect tasks, one task run per batch of files.
+
+Each task is a thin wrapper over a :mod:`kbsync.pipeline` function; per-file
+errors are already captured there, so a task fails only for a run-level
+problem. Transient errors (store unavailable, lock held) are retried; writes
+are idempotent, so a retried batch converges to the same points.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from kbsync import ingest, pipeline
+from kbsync.errors import TransientError
+from kbsync.ingest import DeleteGuard, RootPlan
+from kbsync.models import RootSpec, SyncMode
+from kbsync.settings import Settings
+from kbsync.state import PlanItem
+from tasks.resources import runtime_for
+
+
+def _transient(task, task_run, state) -> bool:
+    """Retry only when retrying can help."""
+    try:
+        state.result()
+    except TransientError:
+        return True
+    except Exception:  # noqa: BLE001 - anything else is permanent for this batch
+        return False
+    return False
+
+
+COMMON = dict(cache_policy=NONE, persist_result=False)
+
+
+@task(name="plan", tags=["kbsync", "plan"], timeout_seconds=3600, **COMMON)
+def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncMode,
+              force: bool, include: Sequence[str], exclude: Sequence[str],
+              guard: DeleteGuard) -> RootPlan:
+    """Discover a root and diff it against the stored state (writes nothing)."""
+    runtime = runtime_for(settings)
+    runtime.ensure_collection()
+    return ingest.plan_root(root, runtime=runtime, namespace=namespace, mode=mode, force=force,
+                            include=include, exclude=exclude, guard=guard)
+
+
+@task(name="convert", tags=["kbsync", "convert"], timeout_seconds=3600, **COMMON)
+def convert_batch(items: list[PlanItem], settings: Settings) -> pipeline.StageResult:
+    """Convert a batch of files to Markdown."""
+    return pipeline.convert_stage(items, max_bytes=int(settings.max_file_mb * 2**20))
+
+
+@task(name="chunk", tags=["kbsync", "chunk"], timeout_seconds=600, **COMMON)
+def chunk_batch(converted: pipeline.StageResult, settings: Settings) -> pipeline.StageResult:
+    """Chunk a batch of converted documents."""
+    return pipeline.chunk_stage(converted.work, config=runtime_for(settings).chunk_config)
+
+
+@task(name="embed", tags=["kbsync", "embed"], timeout_seconds=3600, retries=2,
+      retry_delay_seconds=5, retry_condition_fn=_transient, **COMMON)
+def embed_batch(chunked: pipeline.StageResult, settings: Settings) -> pipeline.StageResult:
+    """Embed a batch's chunks (cache first, then the provider in batches)."""
+    return pipeline.embed_stage(chunked.work, service=runtime_for(settings).service)
+
+
+@task(name="upsert", tags=["kbsync", "upsert"], timeout_seconds=3600, retries=3,
+      retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
+def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespace: str,
+                 run_id: str) -> pipeline.StageResult:
+    """Upsert, delete stale points, then commit state, document by document."""
+    return pipeline.write_stage(embedded.work, runtime=runtime_for(settings),
+                                namespace=namespace, run_id=run_id)
+
+
+@task(name="finish-root", tags=["kbsync", "delete"], timeout_seconds=3600, retries=3,
+      retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
+def finish_root(rp: RootPlan, settings: Settings, *, namespace: str) -> int:
+    """Refresh unchanged files' stat records; in full mode delete missing documents."""
+    runtime = runtime_for(settings)
+    ingest.finish_unchanged(rp, runtime)
+    return ingest.delete_missing(rp, runtime, namespace)
+
+
+@task(name="preflight", tags=["kbsync", "plan"], timeout_seconds=3600, **COMMON)
+def preflight_root(root: RootSpec, settings: Settings, *, namespace: str,
+                   include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> int:
+    """Full mode's mass-delete guard for one root, before any root is written."""
+    return ingest.preflight_root(root, runtime=runtime_for(settings), namespace=namespace,
+                                 include=include, exclude=exclude, guard=guard)

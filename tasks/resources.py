@@ -1,0 +1,48 @@
+"""One :class:`Runtime` per process, shared by every task of a run.
+
+The embedded engine allows one handle per folder and the local model should
+load once, so tasks look their runtime up here instead of opening their own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+
+from kbsync.runtime import Runtime
+from kbsync.settings import Settings
+
+_lock = threading.Lock()
+_runtimes: dict[str, Runtime] = {}
+
+
+def _key(settings: Settings) -> str:
+    return json.dumps(settings.model_dump(mode="json"), sort_keys=True, default=str)
+
+
+def runtime_for(settings: Settings) -> Runtime:
+    """The process-wide runtime for ``settings`` (opened on first use)."""
+    key = _key(settings)
+    with _lock:
+        runtime = _runtimes.get(key)
+        if runtime is None:
+            runtime = _runtimes[key] = Runtime.open(settings)
+        return runtime
+
+
+def release(settings: Settings) -> None:
+    """Close and forget the runtime of ``settings`` (frees the store folder)."""
+    with _lock:
+        runtime = _runtimes.pop(_key(settings), None)
+    if runtime is not None:
+        runtime.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _lock:
+        runtimes = list(_runtimes.values())
+        _runtimes.clear()
+    for runtime in runtimes:
+        runtime.close()
