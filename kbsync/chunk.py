@@ -41,6 +41,10 @@ from kbsync.models import Chunk, Document
 
 logger = logging.getLogger(__name__)
 
+# Bump when a change alters the chunks produced for the same input and config,
+# so document fingerprints that include it force a re-chunk.
+CHUNKER_VERSION = "1"
+
 # Characters counted as one token each. U+3000 (ideographic space) is left out
 # on purpose: it is whitespace, and str.split() and re's \s treat it so.
 _CJK = (
@@ -154,6 +158,9 @@ class _Piece(NamedTuple):
     end: int
 
 
+_Units = list[tuple[int, int, int]]  # (start, end, tokens) of contiguous units
+
+
 def chunk_document(doc: Document, config: ChunkConfig = ChunkConfig()) -> ChunkResult:
     """Chunk a converted document; see :func:`chunk_markdown`."""
     return chunk_markdown(
@@ -224,7 +231,7 @@ def _plan(markdown: str, config: ChunkConfig) -> list[_Piece]:
     """All raw chunks in order, before empty and duplicate ones are dropped."""
     pieces: list[_Piece] = []
     for number, (path, start, end) in enumerate(_sections(markdown)):
-        units: list[tuple[int, int, int]] = []
+        units: _Units = []
         _split(markdown, start, end, 0, config, units)
         for cs, ce in _pack(markdown, units, config):
             cs, ce = _strip(markdown, cs, ce)
@@ -247,10 +254,12 @@ def _sections(md: str) -> list[tuple[str, int, int]]:
         if marker:
             if fence is None:
                 fence = (marker[0], len(marker))
-            elif marker[0] == fence[0] and len(marker) >= fence[1] and not m.group("info").strip():
-                fence = None
+            elif marker[0] == fence[0] and len(marker) >= fence[1]:
+                if not m.group("info").strip():  # a closing fence has no info string
+                    fence = None
         elif fence is None:
-            heads.append((m.start(), len(m.group("hashes")), (m.group("title") or "").strip(), m.end()))
+            title = (m.group("title") or "").strip()
+            heads.append((m.start(), len(m.group("hashes")), title, m.end()))
 
     sections: list[tuple[str, int, int]] = []
     first = heads[0][0] if heads else len(md)
@@ -264,7 +273,8 @@ def _sections(md: str) -> list[tuple[str, int, int]]:
         stack.append((level, title))
         end = heads[i + 1][0] if i + 1 < len(heads) else len(md)
         begin = start if pending is None else pending
-        if i + 1 < len(heads) and heads[i + 1][1] > level and not _NONSPACE_RE.search(md, line_end, end):
+        has_body = _NONSPACE_RE.search(md, line_end, end) is not None
+        if i + 1 < len(heads) and heads[i + 1][1] > level and not has_body:
             pending = begin
             continue
         pending = None
@@ -272,7 +282,7 @@ def _sections(md: str) -> list[tuple[str, int, int]]:
     return sections
 
 
-def _split(md: str, s: int, e: int, level: int, cfg: ChunkConfig, out: list[tuple[int, int, int]]) -> None:
+def _split(md: str, s: int, e: int, level: int, cfg: ChunkConfig, out: _Units) -> None:
     """Append (start, end, tokens) units tiling md[s:e], each within the budget."""
     if e - s <= cfg.max_chars:
         tokens = count_tokens(md[s:e])
@@ -291,7 +301,7 @@ def _split(md: str, s: int, e: int, level: int, cfg: ChunkConfig, out: list[tupl
         _split(md, a, b, level + 1, cfg, out)
 
 
-def _hard_cut(md: str, s: int, e: int, cfg: ChunkConfig, out: list[tuple[int, int, int]]) -> None:
+def _hard_cut(md: str, s: int, e: int, cfg: ChunkConfig, out: _Units) -> None:
     """Cut a span without separators (one word plus trailing whitespace) by characters.
 
     Cuts fall between tokens where possible (a CJK run), else inside a token
@@ -316,7 +326,7 @@ def _hard_cut(md: str, s: int, e: int, cfg: ChunkConfig, out: list[tuple[int, in
         out.append((start, e, count_tokens(md[start:e])))
 
 
-def _pack(md: str, units: list[tuple[int, int, int]], cfg: ChunkConfig) -> list[tuple[int, int]]:
+def _pack(md: str, units: _Units, cfg: ChunkConfig) -> list[tuple[int, int]]:
     """Greedily pack contiguous units into chunk spans of one section, adding overlap.
 
     Each chunk takes at least one unit, so packing always progresses. The
@@ -331,15 +341,23 @@ def _pack(md: str, units: list[tuple[int, int, int]], cfg: ChunkConfig) -> list[
             budget = min(cfg.overlap, cfg.max_tokens - ut)
             start, tokens = _tail(md, spans[-1], budget, ue - cfg.max_chars, us)
         end = start
-        while i < n and tokens + units[i][2] <= cfg.max_tokens and units[i][1] - start <= cfg.max_chars:
+        while (
+            i < n
+            and tokens + units[i][2] <= cfg.max_tokens
+            and units[i][1] - start <= cfg.max_chars
+        ):
             tokens += units[i][2]
             end = units[i][1]
             i += 1
+        if start < us and not _NONSPACE_RE.search(md, us, end):
+            start = us  # only whitespace is new: no overlap, or the chunk would repeat prev
         spans.append((start, end))
     return spans
 
 
-def _tail(md: str, prev: tuple[int, int], budget: int, min_start: int, default: int) -> tuple[int, int]:
+def _tail(
+    md: str, prev: tuple[int, int], budget: int, min_start: int, default: int
+) -> tuple[int, int]:
     """Start and token count of the overlap taken from the end of ``prev``.
 
     The overlap is a proper suffix of ``prev`` of at most ``budget`` tokens

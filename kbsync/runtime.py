@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from kbsync.chunk import ChunkConfig
+from kbsync.chunk import CHUNKER_VERSION, ChunkConfig
 from kbsync.convert import CONVERTER_VERSION
 from kbsync.settings import Settings
 from kbsync.state import StateStore, fingerprint
@@ -39,6 +39,7 @@ class Runtime:
         """Hash of every setting that shapes stored points (see :func:`state.fingerprint`)."""
         return fingerprint(
             converter=CONVERTER_VERSION,
+            chunker=CHUNKER_VERSION,
             chunk_tokens=self.chunk_config.max_tokens,
             chunk_overlap=self.chunk_config.overlap,
             chunk_max_chars=self.chunk_config.max_chars,

@@ -83,6 +83,10 @@ class EmbeddingCache:
             self.directory,
             size_limit=int(size_limit_bytes),
             eviction_policy="least-recently-used",
+            # diskcache culls inside each set(); within a transaction the file
+            # does not shrink until commit, so it would evict ~10 entries per
+            # set, far below the bound. We cull once after each committed batch.
+            cull_limit=0,
             timeout=timeout_s,
         )
         self._lock = threading.Lock()
@@ -115,13 +119,20 @@ class EmbeddingCache:
         return found
 
     def set_many(self, items: Mapping[str, Sequence[float]] | Iterable[tuple[str, Sequence[float]]]) -> int:
-        """Store vectors; returns how many. One transaction, so a batch costs one fsync."""
+        """Store vectors, then evict least recently used entries while over the bound.
+
+        Returns how many were stored. One transaction per call, so a batch costs
+        one commit.
+        """
         pairs = list(items.items() if isinstance(items, Mapping) else items)
         if not pairs:
             return 0
         with self._cache.transact(retry=True):
             for key, vector in pairs:
                 self._cache.set(key, pack_vector(vector), retry=True)
+        evicted = self._cache.cull(retry=True)
+        if evicted:
+            log.debug("embedding cache: evicted %d entries to stay under %d bytes", evicted, self._cache.size_limit)
         return len(pairs)
 
     def get(self, key: str) -> list[float] | None:

@@ -197,7 +197,10 @@ class OpenAIEmbedder:
         try:
             response = self._client.embeddings.create(**kwargs)
         except openai.APIStatusError as exc:
-            raise self._status_error(exc) from exc
+            # Not chained: the client's exception quotes the raw body, and some
+            # servers echo the key there ("Incorrect API key provided: sk-...").
+            # Our message keeps the status and the scrubbed server message.
+            raise self._status_error(exc) from None
         except openai.APITimeoutError as exc:
             err = EmbeddingTransientError(f"{self._where()}: request timed out")
             err.retry_after = None
@@ -208,9 +211,10 @@ class OpenAIEmbedder:
             raise err from exc
         except (openai.APIResponseValidationError, ValueError, TypeError, KeyError) as exc:
             # ValueError covers json.JSONDecodeError from a body that is not JSON.
+            # Not chained, as above: the cause may quote the body.
             raise EmbeddingPermanentError(
                 f"{self._where()}: malformed response ({type(exc).__name__}: {self._scrub(str(exc))})"
-            ) from exc
+            ) from None
         return self._check(response, len(texts), expected_dim)
 
     def _check(self, response: Any, count: int, expected_dim: int | None) -> list[list[float]]:

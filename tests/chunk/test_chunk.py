@@ -151,7 +151,10 @@ def test_heading_words_stay_in_the_chunk_text() -> None:
 # --- splitting oversized paragraphs ---------------------------------------------
 def test_paragraphs_are_packed_whole() -> None:
     md = "one two three four\n\nfive six seven\n\neight nine ten eleven"
-    assert texts(md, NO_OVERLAP) == ["one two three four\n\nfive six seven", "eight nine ten eleven"]
+    assert texts(md, NO_OVERLAP) == [
+        "one two three four\n\nfive six seven",
+        "eight nine ten eleven",
+    ]
 
 
 def test_line_breaks_before_sentences() -> None:
@@ -216,7 +219,7 @@ def test_huge_word_is_cut_at_max_chars() -> None:
 
 def test_megabyte_single_word_line() -> None:
     rng = random.Random(2)
-    word = "".join(rng.choice(string.ascii_letters) for _ in range(1_000_000))
+    word = "".join(rng.choices(string.ascii_letters, k=1_000_000))
     result = chunk_markdown(word)
     assert max(len(c.text) for c in result.chunks) <= 4000
     assert "".join(c.text for c in result.chunks) == word
@@ -315,19 +318,22 @@ def test_spans_match_texts_and_token_counts() -> None:
 
 def test_plan_is_deterministic() -> None:
     md = "# A\n" + "字" * 1000 + "\n\n" + "x " * 1000
-    assert _plan(md, ChunkConfig(max_tokens=40, overlap=7)) == _plan(md, ChunkConfig(max_tokens=40, overlap=7))
+    config = ChunkConfig(max_tokens=40, overlap=7)
+    assert _plan(md, config) == _plan(md, config)
 
 
 # --- performance ----------------------------------------------------------------------
 def test_megabyte_document_chunks_quickly() -> None:
     rng = random.Random(0)
-    words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 10))) for _ in range(2000)]
+    letters = string.ascii_lowercase
+    words = ["".join(rng.choices(letters, k=rng.randint(2, 10))) for _ in range(2000)]
     parts: list[str] = []
     while sum(map(len, parts)) < 1_000_000:
         if rng.random() < 0.1:
             parts.append("#" * rng.randint(1, 4) + " " + " ".join(rng.choices(words, k=3)))
         else:
-            sentences = (" ".join(rng.choices(words, k=rng.randint(5, 25))) + "." for _ in range(rng.randint(1, 8)))
+            count = rng.randint(1, 8)
+            sentences = (" ".join(rng.choices(words, k=rng.randint(5, 25))) + "." for _ in range(count))
             parts.append(" ".join(sentences))
     md = "\n\n".join(parts)
     offsets = list(range(0, len(md), len(md) // 300))

@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 from kbsync.chunk import ChunkConfig, _plan, chunk_markdown, count_tokens
 
 WORDS = ["alpha", "beta", "gamma", "delta", "x", "URL", "3.14", "e.g.", "foo_bar", "naïve", "C#"]
-CJK = "的一是不了人我在有他这中大来上国个到说们为子和地出道也时年得就那要下以生会自可天下日本語テキストのひらがな한국어문장ｆｕｌｌ"
+CJK = (
+    "的一是不了人我在有他这中大来上国个到说们为子和地出道也时年得就那要下以生会自可天"
+    "日本語テキストのひらがな한국어문장ｆｕｌｌ"
+)
 PUNCT = list(".,;!?:-()`*[]") + list("。，！？；：「」")
 SPACES = [" ", " ", "  ", "\n", "\n\n", "\t", "\u3000", "\n\n\n", " \n \n"]
 
@@ -28,7 +31,9 @@ atoms = st.one_of(
     st.text(alphabet=CJK, min_size=1, max_size=40),
     st.sampled_from(PUNCT),
     st.sampled_from(SPACES),
-    st.builds(lambda n, w: f"\n{'#' * n} {w}\n", st.integers(1, 7), st.sampled_from(WORDS + ["标题"])),
+    st.builds(
+        lambda n, w: f"\n{'#' * n} {w}\n", st.integers(1, 7), st.sampled_from([*WORDS, "标题"])
+    ),
     st.sampled_from(["\n```\n", "\n~~~\n", "\n```python\n"]),
     st.text(alphabet="abcxyz/:.?=", min_size=30, max_size=400),  # URL-like long words
     st.text(min_size=1, max_size=4),  # arbitrary Unicode
