@@ -33,8 +33,8 @@ Globs = Annotated[list[str], Field(description="Glob patterns on the relative pa
 
 
 @flow(name="ingest-root", task_runner=ThreadPoolTaskRunner(max_workers=3),
-      flow_run_name="ingest-root-{root}")
-def ingest_root(root: str, namespace: str, mode: SyncMode, force: bool, dry_run: bool,
+      flow_run_name="ingest-root-{root_name}")
+def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force: bool, dry_run: bool,
                 include: list[str], exclude: list[str], allow_mass_delete: bool,
                 max_delete_fraction: float, run_id: str) -> dict:
     """One root: plan, then batches through the four stages, then deletions."""
@@ -108,7 +108,7 @@ def ingest(
                     t.preflight_root(spec, settings, namespace=namespace, include=include,
                                      exclude=exclude, guard=guard)
             for spec in specs:
-                part = ingest_root(root=f"{spec.name}={spec.path}", namespace=namespace,
+                part = ingest_root(root=f"{spec.name}={spec.path}", root_name=spec.name, namespace=namespace,
                                    mode=mode, force=force, dry_run=dry_run, include=include,
                                    exclude=exclude, allow_mass_delete=allow_mass_delete,
                                    max_delete_fraction=max_delete_fraction, run_id=run_id)

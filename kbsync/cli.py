@@ -79,6 +79,10 @@ def _setup_logging(verbose: bool) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
     # Core modules log through `logging`; let Prefect forward them to the run's logs.
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "kbsync")
+    # Without PREFECT_API_URL Prefect starts a temporary server; on 2 cores it can take
+    # over 20 s (its default limit), so allow more before calling the run failed.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,6 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KbsyncError as exc:
         print(f"kbsync: {exc.kind}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - e.g. Prefect's API unreachable: one clear line
+        log.debug("run failed", exc_info=True)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"kbsync: run failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return EXIT_FAILED
 
 

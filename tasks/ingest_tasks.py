@@ -33,10 +33,13 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
+# No cache (inputs are live batches, not hashable keys) and no result persistence (results
+# are handed on in memory). No timeout_seconds either: tasks run in worker threads, where
+# Prefect cannot interrupt a blocking call; per-file time limits belong to the converter.
 COMMON = dict(cache_policy=NONE, persist_result=False)
 
 
-@task(name="plan", tags=["kbsync", "plan"], timeout_seconds=3600, **COMMON)
+@task(name="plan", tags=["kbsync", "plan"], **COMMON)
 def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncMode,
               force: bool, include: Sequence[str], exclude: Sequence[str],
               guard: DeleteGuard) -> RootPlan:
@@ -47,26 +50,26 @@ def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncM
                             include=include, exclude=exclude, guard=guard)
 
 
-@task(name="convert", tags=["kbsync", "convert"], timeout_seconds=3600, **COMMON)
+@task(name="convert", tags=["kbsync", "convert"], **COMMON)
 def convert_batch(items: list[PlanItem], settings: Settings) -> pipeline.StageResult:
     """Convert a batch of files to Markdown."""
     return pipeline.convert_stage(items, max_bytes=int(settings.max_file_mb * 2**20))
 
 
-@task(name="chunk", tags=["kbsync", "chunk"], timeout_seconds=600, **COMMON)
+@task(name="chunk", tags=["kbsync", "chunk"], **COMMON)
 def chunk_batch(converted: pipeline.StageResult, settings: Settings) -> pipeline.StageResult:
     """Chunk a batch of converted documents."""
     return pipeline.chunk_stage(converted.work, config=runtime_for(settings).chunk_config)
 
 
-@task(name="embed", tags=["kbsync", "embed"], timeout_seconds=3600, retries=2,
+@task(name="embed", tags=["kbsync", "embed"], retries=2,
       retry_delay_seconds=5, retry_condition_fn=_transient, **COMMON)
 def embed_batch(chunked: pipeline.StageResult, settings: Settings) -> pipeline.StageResult:
     """Embed a batch's chunks (cache first, then the provider in batches)."""
     return pipeline.embed_stage(chunked.work, service=runtime_for(settings).service)
 
 
-@task(name="upsert", tags=["kbsync", "upsert"], timeout_seconds=3600, retries=3,
+@task(name="upsert", tags=["kbsync", "upsert"], retries=3,
       retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
 def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespace: str,
                  run_id: str) -> pipeline.StageResult:
@@ -75,7 +78,7 @@ def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespac
                                 namespace=namespace, run_id=run_id)
 
 
-@task(name="finish-root", tags=["kbsync", "delete"], timeout_seconds=3600, retries=3,
+@task(name="finish-root", tags=["kbsync", "delete"], retries=3,
       retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
 def finish_root(rp: RootPlan, settings: Settings, *, namespace: str) -> int:
     """Refresh unchanged files' stat records; in full mode delete missing documents."""
@@ -84,7 +87,7 @@ def finish_root(rp: RootPlan, settings: Settings, *, namespace: str) -> int:
     return ingest.delete_missing(rp, runtime, namespace)
 
 
-@task(name="preflight", tags=["kbsync", "plan"], timeout_seconds=3600, **COMMON)
+@task(name="preflight", tags=["kbsync", "plan"], **COMMON)
 def preflight_root(root: RootSpec, settings: Settings, *, namespace: str,
                    include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> int:
     """Full mode's mass-delete guard for one root, before any root is written."""

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "data" / "sample"
 
 
 @pytest.fixture
@@ -34,11 +30,3 @@ def runtime(settings):
     rt = Runtime.open(settings)
     yield rt
     rt.close()
-
-
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    """Create text files under root (parents made as needed)."""
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")

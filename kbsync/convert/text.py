@@ -73,7 +73,8 @@ class Extracted:
     """What a format converter hands back before the common checks.
 
     ``page_offsets`` follows the :class:`kbsync.models.Document` invariant.
-    ``title_hint`` is used when the Markdown has no heading (e.g. HTML ``<title>``).
+    ``title_hint`` is used when the Markdown has no heading (e.g. HTML ``<title>``);
+    ``title_from_heading`` is False where the first heading is no title (an XLSX sheet name).
     """
 
     markdown: str
@@ -82,6 +83,7 @@ class Extracted:
     page_offsets: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     title_hint: str | None = None
+    title_from_heading: bool = True
 
 
 def join_pages(pages: list[str]) -> tuple[str, list[int]]:
@@ -202,6 +204,44 @@ def _rst_headings(text: str) -> str:
     return "\n".join(out)
 
 
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_NOT_A_TITLE = re.compile(r"^\s*([-*+>|#]|\d+[.)]\s|\s{4})")
+
+
+def _setext_to_atx(text: str) -> str:
+    """Markdown setext headings (``Title`` over ``===``/``---``) to ``#``/``##`` headings.
+
+    The chunker only reads ``#`` headings. Only a one-line paragraph counts as a title
+    (so a ``---`` rule under a list or table is left alone); fenced code and YAML front
+    matter are skipped.
+    """
+    lines = text.split("\n")
+    out: list[str] = []
+    start = 0
+    if lines and lines[0].strip() == "---":  # front matter: copy through its closing line
+        for j in range(1, len(lines)):
+            if lines[j].strip() in ("---", "..."):
+                out.extend(lines[: j + 1])
+                start = j + 1
+                break
+    fence: str | None = None
+    for line in lines[start:]:
+        marker = _FENCE_LINE.match(line)
+        if marker:
+            if fence is None:
+                fence = marker.group(1)[0]
+            elif marker.group(1)[0] == fence:
+                fence = None
+        m = _SETEXT.match(line) if fence is None else None
+        if (m and len(m.group(1)) >= 3 and out and out[-1].strip()
+                and not _NOT_A_TITLE.match(out[-1]) and (len(out) < 2 or not out[-2].strip())):
+            out[-1] = ("# " if m.group(1)[0] == "=" else "## ") + out[-1].strip()
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def convert_text(data: bytes, *, ext: str, name: str) -> Extracted:
     """Convert a text-like file. Source code and JSON become one fenced block.
 
@@ -214,9 +254,10 @@ def convert_text(data: bytes, *, ext: str, name: str) -> Extracted:
     if encoding not in ("utf-8", "ascii"):
         logger.debug("%s decoded as %s", name, encoding)
     if ext in MARKDOWN_EXTENSIONS:
-        return Extracted(text.strip("\n"), "text", "markdown", warnings=warnings)
+        return Extracted(_setext_to_atx(text).strip("\n"), "text", "markdown", warnings=warnings)
     if ext in PLAIN_EXTENSIONS:
-        body = _rst_headings(text) if ext == ".rst" else text
+        # underlined titles in .txt follow the reStructuredText habit; a .log has none
+        body = text if ext == ".log" else _rst_headings(text)
         return Extracted(body.strip("\n"), "text", "text", warnings=warnings)
     if ext in JSON_EXTENSIONS:
         body, json_warnings = _json_body(text, ext)

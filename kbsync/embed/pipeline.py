@@ -182,6 +182,9 @@ class EmbeddingService:
             EmbeddingPermanentError: the provider refused the request for a reason
                 retrying cannot fix (auth, unknown model, malformed reply, a single
                 input too large). Batches finished before it are already cached.
+            EmbeddingTransientError: only while the dimension is still unknown
+                (openai without ``KBSYNC_EMBED_DIMENSIONS``) and its probe keeps
+                failing: without a dimension there is no zero vector to fall back to.
         """
         if not texts:
             return EmbedOutcome([], [])

@@ -137,7 +137,8 @@ def validate_points(points: Sequence[Point], dimension: int) -> list[ValidPoint]
         UsageError: a bad id, a non-dict payload, or an id given twice.
         InvalidVector, DimensionMismatch: see :func:`check_vector`.
     """
-    valid: list[ValidPoint] = []
+    ids: list[str] = []
+    payloads: list[dict[str, Any]] = []
     seen: set[str] = set()
     for point in points:
         pid = check_point_id(point.id)
@@ -148,10 +149,31 @@ def validate_points(points: Sequence[Point], dimension: int) -> list[ValidPoint]
         payload = point.payload if point.payload is not None else {}
         if not isinstance(payload, dict):
             raise UsageError(f"point {pid}: payload must be a dict, got {type(payload).__name__}")
-        allow_zero = payload.get(FAILED_FLAG) is True
-        vec = check_vector(point.vector, dimension, allow_zero=allow_zero, what=f"point {pid}")
-        valid.append(ValidPoint(pid, vec, payload))
-    return valid
+        ids.append(pid)
+        payloads.append(payload)
+    vectors = _batch_vectors(points, ids, payloads, dimension)
+    return [ValidPoint(i, v, p) for i, v, p in zip(ids, vectors, payloads)]
+
+
+def _batch_vectors(points: Sequence[Point], ids: list[str], payloads: list[dict[str, Any]],
+                   dimension: int) -> list[list[float]]:
+    """All vectors checked at once as one matrix; a failing row is re-checked alone
+    so the error names the point and the exact reason."""
+    allow = [p.get(FAILED_FLAG) is True for p in payloads]
+    mat = None
+    if all(p.vector is not None for p in points):
+        try:
+            mat = np.asarray([p.vector for p in points], dtype=np.float64)
+        except (TypeError, ValueError):  # ragged or non-numeric: per point below
+            mat = None
+    if mat is not None and mat.ndim == 2 and mat.shape == (len(points), dimension):
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(mat).all(axis=1) & (np.abs(mat).max(axis=1, initial=0.0) <= _F32_MAX)
+        ok &= mat.any(axis=1) | np.asarray(allow, dtype=bool)
+        if ok.all():
+            return mat.tolist()
+    return [check_vector(p.vector, dimension, allow_zero=a, what=f"point {i}")
+            for p, i, a in zip(points, ids, allow)]
 
 
 def check_query(vector: Sequence[float], dimension: int) -> list[float]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -158,23 +157,23 @@ class EdgeStore:
         self._shards: dict[str, _Shard] = {}
         self._lock = threading.Lock()  # guards _shards and _closed
         self._closed = False
-        self._lock_fd: int | None = None
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            # A file object (not a bare fd): if the store is never closed, garbage
+            # collection still closes it and so releases the lock.
+            self._lock_file: Any = open(self.path / _LOCK_FILE, "a+b")  # noqa: SIM115
         except OSError as exc:
             raise StoreError(f"edge store: cannot open store folder {self.path}: {exc}") from exc
         if fcntl is not None:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
-                os.close(fd)
+                self._lock_file.close()
                 raise StoreUnavailable(
                     f"edge store at {self.path} is in use by another process or store "
                     "(the embedded engine allows one writer per folder; close it, or use a "
                     "Qdrant server via KBSYNC_QDRANT_URL)"
                 ) from exc
-        self._lock_fd = fd
 
     # --- handles ------------------------------------------------------------
     def _folder(self, name: str) -> Path:
@@ -391,9 +390,7 @@ class EdgeStore:
             except KbsyncError as exc:  # close the others, then report the first failure
                 log.error("closing edge collection %s failed: %s", cname, exc)
                 first_error = first_error or exc
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing the descriptor releases the flock
-            self._lock_fd = None
+        self._lock_file.close()  # closing the file releases the flock
         if first_error is not None:
             raise first_error
 

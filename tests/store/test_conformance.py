@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -344,3 +347,66 @@ def test_edge_optimize_keeps_results(tmp_path: Path) -> None:
         store.optimize()
         assert store.count("kb") == 300
         assert [h.id for h in store.search("kb", unit(4), limit=3)] == before
+
+
+# --- server adapter: HTTP error translation (a real local HTTP server, no Qdrant) ---
+_MISSING = b'{"status":{"error":"Not found: Collection `kb` doesn\'t exist!"},"time":0.0}'
+
+
+@pytest.fixture
+def fake_qdrant() -> Iterator[tuple[str, dict]]:
+    """A local HTTP server answering canned (status, headers, body) per path."""
+    routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, headers, body = routes.get(self.path.split("?")[0], (404, {}, b"nothing"))
+            self.send_response(status)
+            for key, value in {"Content-Type": "application/json", **headers}.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = _reply
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", routes
+    server.shutdown()
+    server.server_close()
+
+
+def test_server_missing_collection_reads_empty(fake_qdrant) -> None:
+    url, routes = fake_qdrant
+    routes["/collections/kb"] = (404, {}, _MISSING)
+    routes["/collections/kb/points/count"] = (404, {}, _MISSING)
+    with ServerStore.from_url(url) as store:
+        assert store.collection_dimension("kb") is None
+        assert store.count("kb") == 0
+        assert store.search("kb", unit(1), limit=3) == []
+        with pytest.raises(StoreError, match="does not exist"):
+            store.upsert("kb", [chunk(1)])
+
+
+@pytest.mark.parametrize(("status", "headers", "body", "error", "transient"), [
+    (503, {}, b'{"status":{"error":"overloaded"}}', StoreUnavailable, True),
+    (500, {}, b'{"status":{"error":"boom"}}', StoreUnavailable, True),
+    (429, {"Retry-After": "2"}, b'{"status":{"error":"slow down"}}', StoreUnavailable, True),
+    (401, {}, b'{"status":{"error":"bad key"}}', StoreError, False),
+    (404, {}, b"<html>not qdrant</html>", StoreError, False),  # wrong URL prefix: not "missing"
+    (200, {}, b'{"result": "garbage"}', StoreError, False),
+])
+def test_server_errors_are_translated(fake_qdrant, status, headers, body, error, transient) -> None:
+    url, routes = fake_qdrant
+    routes["/collections/kb/points/count"] = (status, headers, body)
+    with ServerStore.from_url(url) as store:
+        with pytest.raises(error) as info:
+            store.count("kb")
+    assert isinstance(info.value, TransientError) is transient
+    assert info.value.__cause__ is not None

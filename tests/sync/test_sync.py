@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_tree
+from kbtest import write_tree
 from kbsync.discover import parse_root
 from kbsync.ingest import DeleteGuard, MassDeleteRefused, run_plain
 from kbsync.models import SyncMode

@@ -1,0 +1,182 @@
+"""Turn a file into Markdown: :func:`convert` is the one entry point.
+
+Dispatch is by extension (lowercase): PDF -> :mod:`.pdf` (pymupdf, pypdf fallback);
+DOCX/XLSX/PPTX/HTML/CSV -> :mod:`.office` (markitdown); text, Markdown, reStructuredText,
+JSON and source code -> :mod:`.text`. The file is read once into memory between two
+``stat`` calls, so every converter sees one consistent snapshot and a file that changes
+meanwhile is reported (``FileChangedDuringRead``, a transient error) instead of being
+indexed half-written.
+
+Decisions worth knowing:
+
+* A zero-byte file of any type raises ``EmptyDocument`` (it is empty, not damaged).
+* Markdown without a letter or digit is never returned: ``EmptyDocument`` instead.
+* Every error message is one line: ``<path>: <reason>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat as stat_mod
+from pathlib import Path
+
+from kbsync.convert.office import OFFICE_EXTENSIONS, convert_office
+from kbsync.convert.pdf import convert_pdf
+from kbsync.convert.text import TEXT_EXTENSIONS, Extracted, convert_text
+from kbsync.errors import (
+    ConversionError,
+    EmptyDocument,
+    FileChangedDuringRead,
+    FileTooLarge,
+    KbsyncError,
+    PermissionDenied,
+    UnsupportedFormat,
+)
+from kbsync.models import Document
+
+__all__ = ["CONVERTER_VERSION", "SUPPORTED_EXTENSIONS", "convert", "is_supported"]
+
+logger = logging.getLogger(__name__)
+
+# Bump whenever the Markdown produced for the same bytes may change: it is part of the
+# document fingerprint, so a bump re-converts (and re-chunks) every document.
+CONVERTER_VERSION = "1"
+
+SUPPORTED_EXTENSIONS: frozenset[str] = frozenset({".pdf"}) | OFFICE_EXTENSIONS | TEXT_EXTENSIONS
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_MAX_TITLE = 200
+_WORD = re.compile(r"\w")
+
+
+def is_supported(path: Path) -> bool:
+    """Whether :func:`convert` has a converter for this file's extension (case-insensitive)."""
+    return Path(path).suffix.lower() in SUPPORTED_EXTENSIONS
+
+
+def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Document:
+    """Convert one file to a :class:`~kbsync.models.Document`.
+
+    Args:
+        path: the file; symlinks are followed (discovery decides which links to keep).
+        doc_id: stored as is in the result.
+        max_bytes: files larger than this are refused before being read.
+
+    Returns:
+        A Document with non-empty ``markdown``; ``page_offsets`` for PDF and PPTX
+        (strictly increasing, one per page or slide); ``warnings`` for partial results
+        (a repaired PDF, pages without text, a fallback converter, an unknown encoding).
+
+    Raises:
+        UnsupportedFormat: no converter for the extension (callers count it as ignored).
+        PermissionDenied, FileTooLarge, FileChangedDuringRead, EmptyDocument,
+        EncryptedDocument, CorruptDocument, NoTextLayer, ArchiveBomb: see kbsync.errors.
+        ConversionError: any other read failure (an I/O error).
+    """
+    path = Path(path)
+    name = _display(path)
+    ext = path.suffix.lower()
+    if ext not in SUPPORTED_EXTENSIONS:
+        raise UnsupportedFormat(f"{name}: unsupported file type {ext or '(no extension)'}")
+    data = _read_stable(path, name, max_bytes)
+    if not data:
+        raise EmptyDocument(f"{name}: file is empty (0 bytes)")
+    try:
+        extracted = _dispatch(data, ext, name)
+    except (KbsyncError, MemoryError):
+        raise
+    except Exception as exc:  # a converter bug must cost one file, not the batch
+        logger.exception("%s: unexpected converter failure", name)
+        raise ConversionError(f"{name}: converter failed ({type(exc).__name__}: {_one_line(exc)[:200]})") from exc
+    if not _WORD.search(extracted.markdown):  # only blanks, table rules or fences left
+        raise EmptyDocument(f"{name}: no text after conversion ({extracted.source_type})")
+    for warning in extracted.warnings:
+        logger.info("%s: %s", name, warning)
+    return Document(
+        doc_id=doc_id,
+        path=str(path),
+        markdown=extracted.markdown,
+        title=_title(extracted.markdown if extracted.title_from_heading else "", extracted.title_hint, path),
+        source_type=extracted.source_type,
+        converter=extracted.converter,
+        page_offsets=extracted.page_offsets,
+        warnings=[_one_line(w) for w in extracted.warnings],
+    )
+
+
+def _dispatch(data: bytes, ext: str, name: str) -> Extracted:
+    if ext == ".pdf":
+        return convert_pdf(data, name=name)
+    if ext in OFFICE_EXTENSIONS:
+        return convert_office(data, ext=".html" if ext in (".htm", ".xhtml") else ext, name=name)
+    return convert_text(data, ext=ext, name=name)
+
+
+def _read_stable(path: Path, name: str, max_bytes: int) -> bytes:
+    """Read the whole file, refusing it if its size, mtime or inode changed meanwhile."""
+    try:
+        before = os.stat(path)
+        if not stat_mod.S_ISREG(before.st_mode):
+            # checked before open(): opening a FIFO would block forever
+            raise UnsupportedFormat(f"{name}: not a regular file")
+        if before.st_size > max_bytes:
+            raise FileTooLarge(f"{name}: {before.st_size} bytes, over the {max_bytes}-byte limit")
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+        after = os.stat(path)
+    except PermissionError as exc:
+        raise PermissionDenied(f"{name}: permission denied") from exc
+    except FileNotFoundError as exc:
+        raise FileChangedDuringRead(f"{name}: file disappeared before it could be read") from exc
+    except IsADirectoryError as exc:
+        raise UnsupportedFormat(f"{name}: is a directory") from exc
+    except OSError as exc:
+        raise ConversionError(f"{name}: read failed: {_one_line(exc.strerror or str(exc))}") from exc
+    if len(data) > max_bytes:
+        raise FileTooLarge(f"{name}: grew past the {max_bytes}-byte limit while being read")
+    key_before = (before.st_size, before.st_mtime_ns, before.st_ino)
+    key_after = (after.st_size, after.st_mtime_ns, after.st_ino)
+    if key_before != key_after or len(data) != before.st_size:
+        raise FileChangedDuringRead(f"{name}: file changed while it was being read")
+    return data
+
+
+def _title(markdown: str, hint: str | None, path: Path) -> str:
+    """First Markdown heading outside code fences, else the format's hint, else the stem."""
+    in_fence: str | None = None
+    for line in markdown.split("\n"):
+        fence = _FENCE.match(line)
+        if fence:
+            marker = fence.group(1)
+            if in_fence is None:
+                in_fence = marker
+            elif marker[0] == in_fence[0] and len(marker) >= len(in_fence):
+                in_fence = None
+            continue
+        if in_fence is None:
+            match = _HEADING.match(line)
+            if match:
+                title = _clean_title(match.group(2))
+                if title:
+                    return title
+    if hint and hint.strip():
+        return _clean_title(hint)
+    return path.stem
+
+
+def _clean_title(text: str) -> str:
+    text = re.sub(r"[*_`]+", "", text)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # [label](url) -> label
+    return " ".join(text.split())[:_MAX_TITLE]
+
+
+def _display(path: Path) -> str:
+    """The path as printable text, even when the name is not valid UTF-8."""
+    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())

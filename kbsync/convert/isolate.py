@@ -1,0 +1,232 @@
+"""Run :func:`kbsync.convert.convert` in worker processes with a timeout and a memory limit.
+
+A converter that hangs, segfaults or balloons then costs one file and one worker: the
+worker is killed (or found dead) and replaced, and the file is reported with a typed error:
+
+* past the wall-clock limit -> ``ConversionTimeout`` (worker killed with SIGKILL);
+* over the memory limit (``RLIMIT_AS``, the worker's address space) -> ``ConversionError``
+  ("memory limit"); Python raises MemoryError inside the worker, which then exits;
+* the worker died (a signal such as SIGSEGV, or the kernel's OOM killer) -> ``CorruptDocument``
+  ("converter crashed"): the file made a native library fail.
+
+Workers come from a ``forkserver`` that has already imported the converters (markitdown's
+import costs ~2 s), so a replacement starts in tens of milliseconds and the parent's
+threads (Prefect's task runner) are never forked. Each worker handles
+``max_tasks_per_worker`` files, then is recycled to bound memory fragmentation.
+The pool is thread-safe: each call borrows one idle worker, blocking while all are busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue
+import resource
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kbsync.convert import convert
+from kbsync.errors import ConversionError, ConversionTimeout, CorruptDocument, KbsyncError
+from kbsync.models import Document
+
+logger = logging.getLogger(__name__)
+
+_PRELOAD = ["kbsync.convert", "kbsync.convert.isolate", "markitdown.converters", "pymupdf", "pypdf"]
+_START_TIMEOUT_S = 120.0
+
+
+def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., Document]) -> None:
+    """Worker loop: receive (path, doc_id, max_bytes), answer ("ok", doc) or ("err", exc)."""
+    if memory_mb:
+        limit = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    from kbsync.convert import office
+
+    office.preload()
+    conn.send(("ready", None))
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        path, doc_id, max_bytes = request
+        try:
+            conn.send(("ok", target(Path(path), doc_id=doc_id, max_bytes=max_bytes)))
+        except MemoryError:
+            conn.send(("oom", None))
+            return  # the heap may be in a bad state: let the parent start a fresh worker
+        except KbsyncError as exc:
+            conn.send(("err", exc))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as a typed error
+            conn.send(("err", ConversionError(f"{path}: converter failed ({type(exc).__name__}: {exc})")))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, memory_mb: int | None, target: Callable[..., Document]) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, memory_mb, target), daemon=True)
+        self.process.start()
+        child.close()
+        self.tasks = 0
+        try:
+            if not self.conn.poll(_START_TIMEOUT_S):
+                raise TimeoutError(f"no answer within {_START_TIMEOUT_S:.0f} s")
+            self.conn.recv()  # ("ready", None)
+        except (EOFError, OSError) as exc:
+            self.kill()
+            raise ConversionError(f"conversion worker failed to start: {exc}") from exc
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+            self.process.join(2)
+        except (OSError, ValueError):
+            pass
+        self.kill()
+
+
+class IsolatedConverter:
+    """A pool of conversion workers; use as a context manager or call :meth:`close`.
+
+    Args:
+        workers: number of worker processes (each holds its own converters in memory).
+        timeout_s: wall-clock limit per file; the worker is killed past it.
+        memory_mb: address-space limit per worker (None: no limit). Address space, not
+            resident memory: the imported libraries alone take ~650 MiB of it.
+        max_tasks_per_worker: files a worker converts before it is replaced.
+        target: the conversion function run in the worker (tests pass misbehaving ones);
+            must be importable by module and name.
+    """
+
+    def __init__(self, *, workers: int = 1, timeout_s: float = 120.0, memory_mb: int | None = 2048,
+                 max_tasks_per_worker: int = 200, target: Callable[..., Document] = convert) -> None:
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(_PRELOAD)
+        self._timeout_s = timeout_s
+        self._memory_mb = memory_mb
+        self._max_tasks = max_tasks_per_worker
+        self._target = target
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._all: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._missing = workers
+        try:
+            self._refill()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "IsolatedConverter":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def convert(self, path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Document:
+        """Same contract as :func:`kbsync.convert.convert`, plus ``ConversionTimeout``.
+
+        Raises:
+            ConversionTimeout: the file took longer than ``timeout_s``.
+            ConversionError: the worker ran out of memory.
+            CorruptDocument: the worker crashed on this file.
+            Any error :func:`kbsync.convert.convert` raises, unchanged.
+        """
+        if self._closed:
+            raise RuntimeError("IsolatedConverter is closed")
+        name = str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+        self._refill()
+        worker = self._idle.get()
+        try:
+            worker.conn.send((str(path), doc_id, max_bytes))
+            if not worker.conn.poll(self._timeout_s):
+                self._replace(worker)
+                raise ConversionTimeout(f"{name}: conversion took over {self._timeout_s:g} s; worker killed")
+            status, payload = worker.conn.recv()
+        except (EOFError, OSError) as exc:  # the worker died mid-file
+            worker.process.join(1)
+            code = worker.process.exitcode
+            self._replace(worker)
+            raise CorruptDocument(f"{name}: converter crashed ({_describe_exit(code)})") from exc
+        if status == "oom":
+            self._replace(worker)
+            raise ConversionError(f"{name}: converter exceeded the {self._memory_mb} MiB memory limit")
+        self._finish(worker)
+        if status == "ok":
+            return payload
+        raise payload
+
+    def close(self) -> None:
+        """Stop all workers (idempotent)."""
+        with self._lock:
+            self._closed = True
+            workers, self._all = list(self._all), set()
+        for worker in workers:
+            worker.stop()
+
+    # --- worker bookkeeping -----------------------------------------------------------
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self._ctx, self._memory_mb, self._target)
+        with self._lock:
+            self._all.add(worker)
+        return worker
+
+    def _release(self, worker: _Worker) -> None:
+        self._idle.put(worker)
+
+    def _finish(self, worker: _Worker) -> None:
+        worker.tasks += 1
+        if not worker.process.is_alive() or worker.tasks >= self._max_tasks:
+            self._replace(worker)
+        else:
+            self._release(worker)
+
+    def _replace(self, worker: _Worker) -> None:
+        with self._lock:
+            self._all.discard(worker)
+            self._missing += 1
+        worker.kill()
+        try:
+            self._refill()
+        except ConversionError as exc:  # retried by the next convert() call
+            logger.warning("could not replace a conversion worker: %s", exc)
+
+    def _refill(self) -> None:
+        """Start workers to replace those lost; a failure is raised to the caller."""
+        while True:
+            with self._lock:
+                if self._closed or self._missing == 0:
+                    return
+                self._missing -= 1
+            try:
+                self._release(self._spawn())
+            except BaseException:
+                with self._lock:
+                    self._missing += 1
+                raise
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker stopped answering"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"worker exited with status {code}"

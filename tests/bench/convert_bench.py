@@ -1,0 +1,149 @@
+"""Conversion benchmark (not run in CI).
+
+    .venv/bin/python tests/bench/convert_bench.py [--pages 200] [--seconds 2] [--markitdown-pdf]
+
+Prints, on one CPU core (the process pins itself to one):
+* pages/s for text PDFs: kbsync (pymupdf with headings, running-line removal and tables)
+  vs pymupdf's plain ``page.get_text()``; optionally markitdown's PDF path for contrast;
+* files/s per format on the sample files of ``data/sample`` (converters warm);
+* the cold import cost of markitdown;
+* the per-file cost of process isolation (``kbsync.convert.isolate``), when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import pymupdf  # noqa: E402
+
+from kbsync.convert import convert  # noqa: E402
+from kbsync.convert.pdf import convert_pdf  # noqa: E402
+
+SAMPLE = REPO / "data" / "sample"
+WORDS = ("the deployment pipeline promotes each release candidate to staging before a canary "
+         "receives five percent of production traffic while invoices are prorated to the day "
+         "and security reviews cover every vendor that processes customer data").split()
+
+
+def text_pdf(pages: int) -> bytes:
+    """A report-like PDF: three heading sizes, wrapped paragraphs, a ruled table every 10 pages."""
+    src = pymupdf.open()
+    for i in range(10):
+        page = src.new_page()
+        y = 60.0
+        page.insert_text((60, y + 14), f"Chapter {i + 1}", fontsize=20, fontname="hebo")
+        y += 40
+        for s in range(3):
+            page.insert_text((60, y + 12), f"{i + 1}.{s + 1} Section title", fontsize=14, fontname="hebo")
+            y += 24
+            text = " ".join(WORDS[(k * 7 + i + s) % len(WORDS)] for k in range(110))
+            rect = pymupdf.Rect(60, y, 535, y + 170)
+            y = rect.y1 - page.insert_textbox(rect, text, fontsize=10.5) + 10
+        if i == 0:
+            for r in range(5):
+                for c in range(3):
+                    cell = pymupdf.Rect(60 + 150 * c, y + 18 * r, 210 + 150 * c, y + 18 * (r + 1))
+                    page.draw_rect(cell, width=0.6)
+                    page.insert_text((cell.x0 + 3, cell.y0 + 13), f"row {r} col {c}", fontsize=9)
+        page.insert_text((60, 815), f"Tessera handbook - page {i + 1}", fontsize=8)
+    doc = pymupdf.open()
+    while doc.page_count < pages:
+        doc.insert_pdf(src, to_page=min(9, pages - doc.page_count - 1))
+    return doc.tobytes(garbage=1, deflate=True)
+
+
+def rate(fn, min_seconds: float) -> tuple[float, int]:
+    """Calls per second of fn() over at least min_seconds (after one warm-up call)."""
+    fn()
+    n, started = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= min_seconds:
+            return n / elapsed, n
+
+
+def bench_pdf(pages: int, seconds: float, with_markitdown: bool) -> None:
+    data = text_pdf(pages)
+    print(f"\n## Text PDF, {pages} pages ({len(data) / 1024:.0f} KiB)")
+
+    def plain() -> None:
+        with pymupdf.open(stream=data, filetype="pdf") as doc:
+            for page in doc:
+                page.get_text()
+
+    for label, fn in (("pymupdf get_text() (plain)", plain),
+                      ("kbsync convert_pdf (headings+tables)", lambda: convert_pdf(data, name="bench.pdf"))):
+        per_s, n = rate(fn, seconds)
+        print(f"{label:40s} {per_s * pages:8.0f} pages/s  ({n} runs)")
+    if with_markitdown:
+        from markitdown import MarkItDown, StreamInfo
+        import io
+
+        small = text_pdf(20)
+        md = MarkItDown()
+        per_s, n = rate(lambda: md.convert_stream(io.BytesIO(small), stream_info=StreamInfo(extension=".pdf")),
+                        seconds)
+        print(f"{'markitdown PDF (pdfminer), 20 pages':40s} {per_s * 20:8.0f} pages/s  ({n} runs)")
+
+
+def bench_formats(seconds: float) -> None:
+    print("\n## Files/s per format (sample files, converters warm)")
+    for path in sorted(p for p in SAMPLE.rglob("*") if p.is_file()):
+        per_s, n = rate(lambda: convert(path, doc_id="b"), seconds)
+        rel = path.relative_to(SAMPLE).as_posix()
+        print(f"{path.suffix:6s} {rel:45s} {path.stat().st_size / 1024:6.1f} KiB {per_s:8.1f} files/s")
+
+
+def bench_import() -> None:
+    code = "import time; t=time.perf_counter(); import markitdown.converters; print(time.perf_counter()-t)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    print(f"\n## Cold import of markitdown: {float(out.stdout):.2f} s")
+
+
+def bench_isolation(seconds: float) -> None:
+    try:
+        from kbsync.convert.isolate import IsolatedConverter
+    except ImportError:
+        print("\n## Isolation: kbsync.convert.isolate not present")
+        return
+    print("\n## Process isolation (one worker)")
+    started = time.perf_counter()
+    with IsolatedConverter(workers=1) as pool:
+        print(f"worker start (incl. markitdown import): {time.perf_counter() - started:.2f} s")
+        for rel in ("engineering/deployment.md", "incidents/2024-03-12-ingestion-outage.docx"):
+            path = SAMPLE / rel
+            direct, _ = rate(lambda: convert(path, doc_id="b"), seconds)
+            isolated, _ = rate(lambda: pool.convert(path, doc_id="b"), seconds)
+            overhead_ms = (1 / isolated - 1 / direct) * 1000
+            print(f"{rel:45s} direct {direct:7.1f}/s  isolated {isolated:7.1f}/s  "
+                  f"overhead {overhead_ms:5.2f} ms/file")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=2.0, help="minimum time per measurement")
+    parser.add_argument("--markitdown-pdf", action="store_true", help="also time markitdown's PDF path")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, as documented
+    print(f"# kbsync conversion benchmark (python {sys.version.split()[0]}, pymupdf {pymupdf.VersionBind}, "
+          f"one core, load average {os.getloadavg()[0]:.1f})")
+    bench_import()
+    bench_pdf(args.pages, args.seconds, args.markitdown_pdf)
+    bench_formats(args.seconds / 4)
+    bench_isolation(args.seconds / 2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Process isolation: a hanging, crashing or ballooning converter costs one file and one worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from kbsync.convert import convert
+from kbsync.convert.isolate import IsolatedConverter
+from kbsync.errors import ConversionError, ConversionTimeout, CorruptDocument
+from kbsync.models import Document
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+
+
+# Misbehaving converters, run inside the workers (module-level so workers can import them).
+def misbehaving_convert(path: Path, *, doc_id: str, max_bytes: int) -> Document:
+    if path.name == "hang.txt":
+        time.sleep(600)
+    if path.name == "crash.txt":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if path.name == "balloon.txt":
+        hog = bytearray(3 * 2**30)  # over the 1.5 GiB address-space limit below
+        del hog
+    return convert(path, doc_id=doc_id, max_bytes=max_bytes)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with IsolatedConverter(workers=1, timeout_s=2, memory_mb=1536, target=misbehaving_convert) as p:
+        yield p
+
+
+def test_same_result_as_in_process(pool: IsolatedConverter) -> None:
+    for rel in ("policies/security-policy.pdf", "incidents/2024-03-12-ingestion-outage.docx"):
+        assert pool.convert(SAMPLE / rel, doc_id=rel) == convert(SAMPLE / rel, doc_id=rel)
+
+
+def test_typed_errors_cross_the_process_boundary(pool: IsolatedConverter, write) -> None:
+    with pytest.raises(CorruptDocument, match="not a readable PDF"):
+        pool.convert(write("garbage.pdf", b"%PDF-1.7 garbage"), doc_id="t")
+
+
+def test_hang_is_killed_and_the_worker_replaced(pool: IsolatedConverter, write) -> None:
+    path = write("hang.txt", "x")
+    started = time.perf_counter()
+    with pytest.raises(ConversionTimeout) as info:
+        pool.convert(path, doc_id="t")
+    assert time.perf_counter() - started < 10
+    assert str(info.value).startswith(str(path))
+    assert pool.convert(write("ok.txt", "still working"), doc_id="t").markdown == "still working"
+
+
+def test_crash_is_reported_and_the_worker_replaced(pool: IsolatedConverter, write) -> None:
+    with pytest.raises(CorruptDocument, match="SIGSEGV"):
+        pool.convert(write("crash.txt", "x"), doc_id="t")
+    assert pool.convert(write("ok.txt", "after crash"), doc_id="t").markdown == "after crash"
+
+
+def test_memory_limit(pool: IsolatedConverter, write) -> None:
+    with pytest.raises(ConversionError, match="memory limit"):
+        pool.convert(write("balloon.txt", "x"), doc_id="t")
+    assert pool.convert(write("ok.txt", "after balloon"), doc_id="t").markdown == "after balloon"

@@ -1,0 +1,82 @@
+"""The ingest flow under a real Prefect server: DAG, summary, artifacts, final state."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from kbtest import SAMPLE, write_tree
+from flows.ingest import ingest
+from kbsync.errors import UsageError
+from kbsync.report import artifact_key
+
+
+def _artifacts(key: str):
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[key])))
+
+
+def _task_names(flow_run_id) -> set[str]:
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId,
+                                               FlowRunFilterParentFlowRunId)
+
+    with get_client(sync_client=True) as client:
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])))
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[c.id for c in children] + [flow_run_id])))
+    return {r.name.rsplit("-", 1)[0] for r in runs}  # task run names are "<task>-<suffix>"
+
+
+def test_ingest_sample_then_rerun_is_unchanged(prefect_api, settings, tmp_path):
+    share = tmp_path / "sample"
+    shutil.copytree(SAMPLE, share)
+    state = ingest(roots=[str(share)], namespace="flow-test", return_state=True)
+    assert state.is_completed()
+    first = state.result()
+    assert first["files_seen"] == first["added"] > 10
+    assert first["failed"] == 0 and first["chunks_kept"] > 0
+    assert first["embeddings_computed"] == first["chunks_kept"]
+    names = _task_names(state.state_details.flow_run_id)
+    assert {"convert", "chunk", "embed", "upsert", "plan"} <= names
+    summary_artifacts = _artifacts(artifact_key("kbsync-ingest", "flow-test"))
+    assert summary_artifacts and "files_seen" in summary_artifacts[0].data
+
+    second = ingest(roots=[str(share)], namespace="flow-test")
+    assert second["unchanged"] == second["files_seen"] == first["files_seen"]
+    assert second["embeddings_computed"] == 0 and second["added"] == second["updated"] == 0
+
+
+def test_a_failing_file_fails_the_run_but_not_the_others(prefect_api, settings, tmp_path):
+    share = tmp_path / "share"
+    write_tree(share, {"good.md": "# Good\n\nFine text.", "ok.txt": "plain text here"})
+    (share / "broken.pdf").write_bytes(b"%PDF-1.7 this is not really a pdf")
+    state = ingest(roots=[str(share)], namespace="flow-fail", return_state=True)
+    assert state.is_failed()
+    summary = state.result(raise_on_failure=False)
+    assert summary["added"] == 2 and summary["failed"] == 1
+    assert summary["failures"][0]["doc_id"] == "share/broken.pdf"
+    assert summary["failures"][0]["error"] == "CorruptDocument"
+    table = _artifacts(artifact_key("kbsync-ingest-failures", "flow-fail"))
+    assert table and "broken.pdf" in str(table[0].data)
+
+
+def test_missing_root_fails_before_any_work(prefect_api, settings, tmp_path):
+    state = ingest(roots=[str(tmp_path / "nope")], return_state=True)
+    assert state.is_failed()
+    with pytest.raises(UsageError, match="does not exist"):
+        state.result()
+
+
+def test_invalid_parameters_are_rejected_before_a_run(prefect_api, settings, tmp_path):
+    from prefect.exceptions import ParameterTypeError
+
+    with pytest.raises(ParameterTypeError):
+        ingest(roots=[str(tmp_path)], mode="sideways")
+    with pytest.raises(ParameterTypeError):
+        ingest(roots=[], namespace="x")
