@@ -44,8 +44,9 @@ _SLIDE_MARKER = re.compile(r"<!-- Slide number: (\d+) -->\n?")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
 _DEFAULT_SHAPE_NAME = re.compile(r"^(Picture|Image|Graphic|Content Placeholder)\s*\d*$", re.I)
 _PANDAS_BLANK = re.compile(r"\s*(NaN|Unnamed: \d+)\s*")
+# not "form": ASP.NET WebForms pages wrap the whole page in one
 _BOILERPLATE_TAGS = ("script", "style", "noscript", "template", "nav", "footer", "aside",
-                     "iframe", "svg", "button", "form")
+                     "iframe", "svg", "button")
 _BOILERPLATE_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
 _BOILERPLATE_NAMES = {"cookie-banner", "cookies", "cookie-consent", "breadcrumb", "breadcrumbs",
                       "sidebar", "site-header", "site-footer", "skip-link", "toc"}

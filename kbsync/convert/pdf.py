@@ -32,6 +32,7 @@ _MARGIN_FRACTION = 0.08
 _MAX_TABLE_PAGES = 300  # a deterministic bound on table detection cost per document
 _CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 _DIGITS = re.compile(r"\d+")
+_ATX_START = re.compile(r"#{1,6}(\s|$)")
 
 
 class _PymupdfFailed(Exception):
@@ -117,7 +118,6 @@ def _convert_pymupdf(data: bytes, name: str) -> Extracted:
         levels = _heading_levels(pages_lines, body)
         pages: list[str] = []
         table_pages = 0
-        imageless_empty = []
         image_only: list[int] = []
         for index, page in enumerate(doc):
             tables = []
@@ -127,8 +127,9 @@ def _convert_pymupdf(data: bytes, name: str) -> Extracted:
                     table_pages += 1
                     tables = _find_tables(page, clip, pages_lines[index])
             text = _render_page(pages_lines[index], body, levels, tables)
-            if not text.strip():
-                (image_only if page.get_images() else imageless_empty).append(index + 1)
+            # get_image_info() also sees inline images, which scanners often write
+            if not text.strip() and page.get_image_info():
+                image_only.append(index + 1)
             pages.append(text)
     finally:
         doc.close()
@@ -141,6 +142,9 @@ def _convert_pymupdf(data: bytes, name: str) -> Extracted:
     if image_only:
         warnings.append(f"{len(image_only)} page(s) without a text layer: {_page_list(image_only)}")
     markdown, offsets = join_pages(pages)
+    unknown = markdown.count("\ufffd")
+    if unknown > 0.1 * len(markdown.replace(" ", "")):
+        warnings.append(f"{unknown} characters without a Unicode mapping (fonts lack ToUnicode)")
     return Extracted(markdown, "pymupdf", "pdf", offsets, warnings)
 
 
@@ -211,8 +215,15 @@ def _body_size(pages_lines: list[list[_Line]]) -> float:
 
 
 def _heading_levels(pages_lines: list[list[_Line]], body: float) -> dict[float, int]:
-    """A heading level (1-3, by size rank) for each size clearly larger than the body."""
-    sizes = {ln.size for lines in pages_lines for ln in lines}
+    """A heading level (1-3, by size rank) for each size clearly larger than the body.
+
+    Only sizes seen in short blocks (at most 3 lines) count: a paragraph set large is
+    no heading and must not push the real headings a level down.
+    """
+    sizes: set[float] = set()
+    for lines in pages_lines:
+        per_block = Counter(ln.block for ln in lines)
+        sizes.update(ln.size for ln in lines if per_block[ln.block] <= 3)
     larger = sorted((s for s in sizes if s >= body * _HEADING_RATIO), reverse=True)
     return {size: min(rank + 1, 3) for rank, size in enumerate(larger)}
 
@@ -252,10 +263,16 @@ def _render_page(lines: list[_Line], body: float, levels: dict[float, int],
     def flush() -> None:
         nonlocal heading_level
         if heading:
-            parts.append("#" * heading_level + " " + _join_lines(heading))
+            title = _join_lines(heading)
+            if len(heading) <= 3 and len(title) <= _MAX_HEADING_CHARS:
+                parts.append("#" * heading_level + " " + title)
+            else:  # a whole paragraph set large (an intro, a pull quote) is no heading
+                para[:0] = heading
             heading.clear()
         if para:
-            parts.append(_join_lines(para))
+            text = _join_lines(para)
+            # body text that happens to start like "# x" must not become a heading
+            parts.append("\\" + text if _ATX_START.match(text) else text)
             para.clear()
 
     for ln in lines:

@@ -243,7 +243,7 @@ class OpenAIEmbedder:
                 floats = [float(x) for x in vector]
             except (TypeError, ValueError) as exc:
                 raise EmbeddingPermanentError(f"{self._where()}: malformed response: non-numeric embedding") from exc
-            if not all(math.isfinite(x) for x in floats):
+            if not math.isfinite(sum(floats)):  # NaN/inf propagate through a sum
                 raise EmbeddingPermanentError(f"{self._where()}: malformed response: non-finite value in embedding")
             want = expected_dim if expected_dim is not None else len(vectors[0]) if vectors else len(floats)
             if len(floats) != want:

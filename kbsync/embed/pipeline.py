@@ -369,11 +369,9 @@ class EmbeddingService:
     @staticmethod
     def _valid(vector: Sequence[float], dim: int) -> bool:
         """Right length, finite, not all zeros."""
-        return (
-            len(vector) == dim
-            and all(math.isfinite(x) for x in vector)
-            and any(x != 0.0 for x in vector)
-        )
+        # One sum finds any NaN or inf (they propagate) at C speed; float32
+        # values cannot overflow a float64 sum.
+        return len(vector) == dim and math.isfinite(sum(vector)) and any(vector)
 
     def __repr__(self) -> str:
         return f"EmbeddingService(provider={self.provider!r}, model={self.model!r}, batch_size={self.batch_size})"

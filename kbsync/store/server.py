@@ -40,10 +40,15 @@ _WRITE_BATCH = 256  # points per request: 256 x 3072 floats stays well under the
 
 def _is_missing_collection(exc: Exception) -> bool:
     """Whether ``exc`` says the collection does not exist (server 404 or local mode)."""
-    msg = str(exc)
     if isinstance(exc, UnexpectedResponse):
-        # Only Qdrant's own message: a bare 404 can also mean a wrong URL prefix.
-        return exc.status_code == 404 and "doesn't exist" in msg
+        if exc.status_code != 404:
+            return False
+        try:  # only Qdrant's own message: a bare 404 can also mean a wrong URL prefix
+            error = str(exc.structured()["status"]["error"])
+        except (ValueError, KeyError, TypeError):
+            return False
+        return "Collection" in error and "doesn't exist" in error
+    msg = str(exc)
     return isinstance(exc, ValueError) and msg.startswith("Collection") and "not found" in msg
 
 

@@ -150,7 +150,8 @@ def run_case(kind: str, size: int) -> dict:
 
 
 COLUMNS = [
-    ("adapter", "kind", "{}"), ("points", "size", "{:,}"), ("upsert pts/s", "upsert_pts_s", "{:,.0f}"),
+    ("adapter", "kind", "{}"), ("points", "size", "{:,}"),
+    ("upsert pts/s", "upsert_pts_s", "{:,.0f}"),
     ("search p50 ms", "search_p50_ms", "{:.2f}"), ("p95 ms", "search_p95_ms", "{:.2f}"),
     ("optimize s", "optimize_s", "{:.1f}"), ("opt p50 ms", "opt_p50_ms", "{:.2f}"),
     ("opt p95 ms", "opt_p95_ms", "{:.2f}"), ("reopen s", "reopen_s", "{:.2f}"),

@@ -65,3 +65,20 @@ def test_memory_limit(pool: IsolatedConverter, write) -> None:
     with pytest.raises(ConversionError, match="memory limit"):
         pool.convert(write("balloon.txt", "x"), doc_id="t")
     assert pool.convert(write("ok.txt", "after balloon"), doc_id="t").markdown == "after balloon"
+
+
+def test_pool_is_thread_safe() -> None:
+    import threading
+
+    rels = ["engineering/api-reference.html", "product/roadmap-2024.pptx", "zh/faq.md",
+            "support/tickets-2024-q1.csv", "policies/security-policy.pdf", "zh/ops-runbook.txt"]
+    expected = {r: convert(SAMPLE / r, doc_id=r) for r in rels}
+    got: dict[str, Document] = {}
+    with IsolatedConverter(workers=2, timeout_s=60) as pool:
+        threads = [threading.Thread(target=lambda r=r: got.__setitem__(r, pool.convert(SAMPLE / r, doc_id=r)))
+                   for r in rels]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert got == expected

@@ -206,13 +206,13 @@ def test_empty_filter_delete_refused(store, coll, flt) -> None:
 
 # --- reads --------------------------------------------------------------------
 def test_scroll_pages_through_everything_in_id_order(store, coll) -> None:
-    total = 1100  # two full pages and a partial one (local mode writes ~400 points/s)
+    total = 2500  # two full pages and a partial one
     store.upsert(coll, [chunk(n, namespace=f"ns-{n % 2}") for n in range(total)])
-    seen = [p.id for p in store.scroll(coll, page_size=500)]
+    seen = [p.id for p in store.scroll(coll, page_size=1000)]
     assert len(seen) == total
     assert set(seen) == {pid(n) for n in range(total)}
     assert seen == sorted(seen)  # UUID byte order == canonical string order
-    evens = list(store.scroll(coll, Filter.where(namespace="ns-0"), page_size=500,
+    evens = list(store.scroll(coll, Filter.where(namespace="ns-0"), page_size=1000,
                               with_payload=False, with_vectors=True))
     assert len(evens) == total // 2
     assert all(p.payload == {} and len(p.vector or ()) == DIM for p in evens)
@@ -331,7 +331,7 @@ def test_open_store_picks_adapter(tmp_path: Path) -> None:
         assert edge.path == tmp_path / "qdrant"
     finally:
         edge.close()
-    server = open_store(Settings(home=tmp_path, qdrant_url="http://127.0.0.1:9",
+    server = open_store(Settings(home=tmp_path, qdrant_url="https://127.0.0.1:9",
                                  qdrant_api_key="secret"))
     assert isinstance(server, ServerStore)
     with pytest.raises(StoreUnavailable):  # nothing listens on port 9
@@ -375,7 +375,7 @@ def fake_qdrant() -> Iterator[tuple[str, dict]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}", routes
     server.shutdown()

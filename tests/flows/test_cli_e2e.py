@@ -1,0 +1,81 @@
+"""The README's main job through the real ``kbsync`` command, end to end.
+
+Subprocesses talk to the session's Prefect test server (PREFECT_API_URL) so they
+don't each start a temporary one. The first test uses the default local model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbtest import SAMPLE
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
+
+
+def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
+    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
+    return env
+
+
+def kbsync(env, *args: str) -> tuple[int, dict | None, str]:
+    proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
+    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
+    return proc.returncode, data, proc.stderr
+
+
+@pytest.mark.slow
+def test_ingest_search_stats_with_the_local_model(prefect_api, tmp_path):
+    env = _env(prefect_api, tmp_path / "home")
+    share = tmp_path / "sample"
+    shutil.copytree(SAMPLE, share)
+    code, first, err = kbsync(env, "ingest", str(share), "--json")
+    assert code == 0, err
+    assert first["added"] == first["files_seen"] > 10 and first["failed"] == 0
+    assert (first["added"] + first["updated"] + first["unchanged"] + first["failed"]
+            == first["files_seen"])
+
+    code, hits, err = kbsync(env, "search", "rotate API keys", "-k", "3", "--json")
+    assert code == 0, err
+    assert set(hits) >= {"query", "namespace", "mode", "raw_count", "kept_count", "results"}
+    assert hits["raw_count"] == 12 and 0 < len(hits["results"]) <= 3
+    top = hits["results"][0]
+    assert set(top) == {"rank", "score", "doc_id", "path", "chunk_index", "heading_path",
+                        "page_start", "page_end", "text"}
+    assert "key" in top["text"].lower()
+
+    code, again, err = kbsync(env, "ingest", str(share), "--json")
+    assert code == 0, err
+    assert again["unchanged"] == again["files_seen"] and again["embeddings_computed"] == 0
+
+    code, stats, err = kbsync(env, "stats", "--json")
+    assert code == 0, err
+    assert stats["embedding"] == {"provider": "local", "model": "all-MiniLM-L6-v2",
+                                  "dimension": 384}
+    assert stats["namespaces"]["default"]["documents"] == first["files_seen"]
+    assert stats["namespaces"]["default"]["chunks"] == first["chunks_kept"]
+
+
+def test_exit_codes(prefect_api, tmp_path):
+    env = _env(prefect_api, tmp_path / "home", KBSYNC_EMBED_PROVIDER="hash")
+    code, _, err = kbsync(env, "ingest", str(tmp_path / "missing"), "--json")
+    assert code == 2 and "does not exist" in err
+    code, _, err = kbsync(env, "search", "x", "-k", "0")
+    assert code == 2
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "good.md").write_text("# Good\n\nSome text.", encoding="utf-8")
+    (share / "bad.docx").write_bytes(os.urandom(512))
+    code, summary, err = kbsync(env, "ingest", str(share), "--json")
+    assert code == 3, err
+    assert summary["added"] == 1 and summary["failed"] == 1
+    assert summary["failures"][0]["error"] == "CorruptDocument"
