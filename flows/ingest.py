@@ -23,7 +23,7 @@ from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
                            account_stage, new_run_id)
 from kbsync.lock import lock_path, write_lock
-from kbsync.models import SyncMode
+from kbsync.models import PlanAction, SyncMode
 from kbsync.settings import Settings
 from tasks import ingest_tasks as t
 from tasks.artifacts import publish_summary, report_progress, start_progress
@@ -66,6 +66,10 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
             account_stage(summary, future.result())
         report_progress(progress, number, len(batches))
         logger.info("root %s: batch %d/%d done", spec.name, number, len(batches))
+    healing = rp.plan.of(PlanAction.HEAL)
+    if healing:
+        account_stage(summary, t.heal_batch(healing, settings, namespace=namespace,
+                                            run_id=run_id))
     summary.deleted += t.finish_root(rp, settings, namespace=namespace)
     return summary.to_dict()
 

@@ -16,7 +16,8 @@ from kbsync.convert import is_supported
 from kbsync.discover import Discovery, discover, iter_batches
 from kbsync.errors import PermanentError
 from kbsync.models import Failure, PlanAction, RootSpec, SyncMode
-from kbsync.pipeline import StageResult, chunk_stage, convert_stage, embed_stage, write_stage
+from kbsync.pipeline import (StageResult, chunk_stage, convert_stage, embed_stage, heal_stage,
+                             write_stage)
 from kbsync.state import Plan, PlanItem, plan_files
 from kbsync.sync import delete_documents, touch_states
 
@@ -177,8 +178,8 @@ def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
     """Add a root's plan to the summary (files seen, unchanged, hashed, warnings)."""
     counts = rp.plan.counts()
     summary.roots.append(rp.root.name)
-    summary.files_seen += counts["new"] + counts["changed"] + counts["unchanged"] + len(
-        rp.plan.failures)
+    summary.files_seen += (counts["new"] + counts["changed"] + counts["unchanged"]
+                           + counts["heal"] + len(rp.plan.failures))
     summary.unchanged += counts["unchanged"]
     summary.ignored += len(rp.discovery.ignored)
     summary.files_hashed += rp.plan.hashed
@@ -191,7 +192,7 @@ def account_dry_run(summary: IngestSummary, rp: RootPlan) -> None:
     """What a dry run reports: the plan's new/changed as added/updated, deletions as deleted."""
     counts = rp.plan.counts()
     summary.added += counts["new"]
-    summary.updated += counts["changed"]
+    summary.updated += counts["changed"] + counts["heal"]
     summary.deleted += len(rp.to_delete)
 
 
@@ -250,6 +251,8 @@ def run_plain(
             for result in process_batch(batch, runtime=runtime, namespace=namespace,
                                         run_id=summary.run_id):
                 account_stage(summary, result)
+        account_stage(summary, heal_stage(rp.plan.of(PlanAction.HEAL), runtime=runtime,
+                                          namespace=namespace, run_id=summary.run_id))
         finish_unchanged(rp, runtime)
         summary.deleted += delete_missing(rp, runtime, namespace)
     summary.duration_s = round(time.perf_counter() - started, 3)

@@ -32,6 +32,7 @@ class PlanAction(str, Enum):
     NEW = "new"
     CHANGED = "changed"
     UNCHANGED = "unchanged"
+    HEAL = "heal"  # unchanged bytes, but some chunks carry the zero-vector fallback
     MISSING = "missing"
 
 

@@ -19,7 +19,7 @@ from kbsync.convert import convert
 from kbsync.errors import EmptyDocument, KbsyncError
 from kbsync.models import Chunk, Document, Failure, PlanAction, SourceFile
 from kbsync.state import PlanItem
-from kbsync.sync import PreparedDoc, write_document
+from kbsync.sync import PreparedDoc, heal_document, write_document
 
 log = logging.getLogger(__name__)
 
@@ -160,4 +160,27 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
         result.counters["partial"] += state.status.value == "partial"
         work.prepared = None
         work.chunks = []
+    return result
+
+
+def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
+               run_id: str) -> StageResult:
+    """Re-embed the flagged chunks of unchanged ``partial`` documents (counted as updated)."""
+    result = StageResult()
+    for item in items:
+        source = item.file
+        assert source is not None and item.previous is not None
+        try:
+            state, outcome = heal_document(
+                source, item.previous, store=runtime.store, states=runtime.states,
+                service=runtime.service, collection=runtime.collection, namespace=namespace,
+                run_id=run_id)
+        except KbsyncError as exc:
+            result.failures.append(failure_of(source, exc))
+            continue
+        result.counters["updated"] += 1
+        result.counters["embeddings_computed"] += outcome.computed
+        result.counters["embeddings_cached"] += outcome.cached
+        result.counters["embeddings_failed"] += outcome.failed_count
+        result.counters["partial"] += state.status.value == "partial"
     return result

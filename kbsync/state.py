@@ -148,33 +148,35 @@ def plan_files(
     fingerprint: str,
     force: bool = False,
 ) -> Plan:
-    """Classify files as new, changed or unchanged, and records as missing.
+    """Classify files as new, changed, unchanged or heal, and records as missing.
 
-    Hashes a file only when its size or mtime differ from the record (or when
-    forced). Returned ``SourceFile``s carry ``content_hash`` when it was computed.
+    A file is read (hashed) only when it has no record, its size or mtime
+    differ from the record, or the settings fingerprint changed (or ``force``).
+    ``heal`` is an unchanged file whose record is ``partial``: only its flagged
+    chunks need embedding again. Returned items carry ``content_hash``.
     """
     plan = Plan()
     seen: set[str] = set()
     for source in files:
         seen.add(source.doc_id)
         previous = states.get(source.doc_id)
+        same_settings = (previous is not None and not force
+                         and previous.fingerprint == fingerprint)
+        if same_settings and (previous.size, previous.mtime_ns) == (source.size,
+                                                                    source.mtime_ns):
+            source = _with_hash(source, previous.content_hash)  # stat check: not read
+        else:
+            source = _hashed(source, plan)
+            if source is None:
+                continue
         if previous is None:
-            hashed = _hashed(source, plan)
-            if hashed:
-                plan.items.append(PlanItem(PlanAction.NEW, hashed, None))
-            continue
-        reusable = (not force and previous.fingerprint == fingerprint
-                    and previous.status is DocStatus.OK)
-        if reusable and previous.size == source.size and previous.mtime_ns == source.mtime_ns:
-            source = _with_hash(source, previous.content_hash)
-            plan.items.append(PlanItem(PlanAction.UNCHANGED, source, previous))
-            continue
-        source = _hashed(source, plan)
-        if source is None:
-            continue
-        same = reusable and source.content_hash == previous.content_hash
-        plan.items.append(PlanItem(PlanAction.UNCHANGED if same else PlanAction.CHANGED,
-                                   source, previous))
+            action = PlanAction.NEW
+        elif same_settings and source.content_hash == previous.content_hash:
+            action = (PlanAction.HEAL if previous.status is DocStatus.PARTIAL
+                      else PlanAction.UNCHANGED)
+        else:
+            action = PlanAction.CHANGED
+        plan.items.append(PlanItem(action, source, previous))
     for doc_id in sorted(set(states) - seen):
         plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
     return plan

@@ -138,3 +138,31 @@ def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
             updated.append(DocState(**{**state.__dict__, "size": source.size,
                                        "mtime_ns": source.mtime_ns}))
     states.commit(updated)
+
+
+def heal_document(
+    source: SourceFile, previous: DocState, *, store: VectorStore, states: StateStore,
+    service, collection: str, namespace: str, run_id: str,
+) -> tuple[DocState, object]:
+    """Re-embed the zero-vector chunks of an unchanged ``partial`` document.
+
+    No conversion or chunking: the flagged points' stored texts are embedded
+    again and upserted under the same ids. The state becomes ``ok`` only when
+    no flagged point is left.
+
+    Returns:
+        The committed state and the embedding outcome (for the counters).
+    """
+    flt = Filter.where(namespace=namespace, doc_id=source.doc_id, embedding_failed=True)
+    flagged = list(store.scroll(collection, flt))
+    outcome = service.embed_passages([p.payload["text"] for p in flagged])
+    healed = [Point(id=p.id, payload={**p.payload, "embedding_failed": False}, vector=v)
+              for p, v, failed in zip(flagged, outcome.vectors, outcome.failed, strict=True)
+              if not failed]
+    if healed:
+        store.upsert(collection, healed)
+    status = DocStatus.PARTIAL if len(healed) < len(flagged) else DocStatus.OK
+    state = DocState(**{**previous.__dict__, "status": status, "updated_at": utc_now(),
+                        "run_id": run_id, "size": source.size, "mtime_ns": source.mtime_ns})
+    states.commit([state])
+    return state, outcome

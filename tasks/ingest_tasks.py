@@ -78,6 +78,15 @@ def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespac
                                 namespace=namespace, run_id=run_id)
 
 
+@task(name="heal", tags=["kbsync", "embed"], retries=2, retry_delay_seconds=5,
+      retry_condition_fn=_transient, **COMMON)
+def heal_batch(items: list[PlanItem], settings: Settings, *, namespace: str,
+               run_id: str) -> pipeline.StageResult:
+    """Re-embed the zero-vector chunks of unchanged partial documents."""
+    return pipeline.heal_stage(items, runtime=runtime_for(settings), namespace=namespace,
+                               run_id=run_id)
+
+
 @task(name="finish-root", tags=["kbsync", "delete"], retries=3,
       retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
 def finish_root(rp: RootPlan, settings: Settings, *, namespace: str) -> int:
