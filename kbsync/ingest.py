@@ -149,6 +149,7 @@ class IngestSummary:
     roots: list[str] = field(default_factory=list)
     files_hashed: int = 0
     partial: int = 0
+    embeddings_truncated: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:

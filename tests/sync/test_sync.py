@@ -19,7 +19,8 @@ from kbsync.models import SyncMode
 from kbsync.search import search
 from kbsync.store.base import Filter
 
-VOLATILE = ("run_id", "duration_s", "collection", "files_hashed", "warnings", "roots")
+VOLATILE = ("run_id", "duration_s", "collection", "files_hashed", "warnings", "roots",
+            "embeddings_truncated")
 
 
 def docs(n: int, prefix: str = "doc") -> dict[str, str]:
