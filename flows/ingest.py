@@ -29,7 +29,8 @@ from tasks import ingest_tasks as t
 from tasks.artifacts import publish_summary, report_progress, start_progress
 from tasks.resources import release
 
-Globs = Annotated[list[str], Field(description="Glob patterns on the relative path or name.")]
+# Parameter descriptions live in the flow's Args docstring: Prefect builds the deployment's
+# parameter schema (the UI form) from it and drops `Field(description=...)` metadata.
 
 
 @flow(name="ingest-root", task_runner=ThreadPoolTaskRunner(max_workers=3),
@@ -76,23 +77,33 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
 
 @flow(name="ingest", log_prints=False, validate_parameters=True)
 def ingest(
-    roots: Annotated[list[str], Field(min_length=1, description=(
-        "Directories to sync; NAME=PATH sets the doc_id prefix (default: the last path part)."))],
-    namespace: Annotated[str, Field(min_length=1, max_length=200, description=(
-        "Tenant/namespace the documents belong to."))] = "default",
-    mode: Annotated[SyncMode, Field(description=(
-        "incremental never deletes; full deletes documents of these roots that are gone."))]
-        = SyncMode.INCREMENTAL,
-    force: Annotated[bool, Field(description="Reprocess every file even if unchanged.")] = False,
-    dry_run: Annotated[bool, Field(description="Only plan and report; write nothing.")] = False,
-    include: Globs = [],  # noqa: B006 - Prefect parameters need literal defaults
-    exclude: Globs = [],  # noqa: B006
-    allow_mass_delete: Annotated[bool, Field(description=(
-        "Let full mode delete an emptied root or more than max_delete_fraction."))] = False,
-    max_delete_fraction: Annotated[float, Field(ge=0, le=1, description=(
-        "Full mode refuses to delete more than this share of a root's documents."))] = 0.5,
+    roots: Annotated[list[str], Field(min_length=1)],
+    namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
+    mode: SyncMode = SyncMode.INCREMENTAL,
+    force: bool = False,
+    dry_run: bool = False,
+    include: list[str] = [],  # noqa: B006 - Prefect parameters need literal defaults
+    exclude: list[str] = [],  # noqa: B006
+    allow_mass_delete: bool = False,
+    max_delete_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5,
 ) -> dict:
-    """Sync directories into the knowledge base and return the JSON summary."""
+    """Sync directories into the knowledge base and return the JSON summary.
+
+    Relative root paths resolve against the run's working directory (the project
+    directory for the deployments in prefect.yaml). One line per argument: Prefect
+    turns these into the parameter descriptions of the deployment form.
+
+    Args:
+        roots: Directories to sync; NAME=PATH sets the doc_id prefix (default: last path part).
+        namespace: Tenant/namespace the documents belong to.
+        mode: incremental never deletes; full deletes documents of these roots that are gone.
+        force: Reprocess every file even if unchanged.
+        dry_run: Only plan and report; write nothing.
+        include: Glob patterns (relative path or name); only matching files are synced.
+        exclude: Glob patterns (relative path or name); matching files are left out.
+        allow_mass_delete: Let full mode empty a root or delete over max_delete_fraction.
+        max_delete_fraction: Largest share of a root's documents full mode may delete (0-1).
+    """
     started = time.perf_counter()
     logger = get_run_logger()
     settings = Settings()

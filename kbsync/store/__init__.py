@@ -13,12 +13,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kbsync.store.base import DENSE, Filter, Match, Point, ScoredPoint, VectorStore
+from kbsync.store.base import (
+    DENSE,
+    SPARSE,
+    Filter,
+    Match,
+    Point,
+    ScoredPoint,
+    SparseVec,
+    VectorStore,
+)
 
 if TYPE_CHECKING:
     from kbsync.settings import Settings
 
-__all__ = ["DENSE", "Filter", "Match", "Point", "ScoredPoint", "VectorStore", "open_store"]
+__all__ = ["DENSE", "SPARSE", "Filter", "Match", "Point", "ScoredPoint", "SparseVec", "VectorStore",
+           "open_store"]
 
 
 def open_store(settings: "Settings") -> VectorStore:

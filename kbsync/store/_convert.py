@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kbsync.errors import DimensionMismatch, InvalidVector, UsageError
-from kbsync.store.base import Filter, Match, Point, Scalar
+from kbsync.store.base import Filter, Match, Point, Scalar, SparseVec
 
 # Collection names become folder names in the edge adapter: keep them to a
 # portable, traversal-free alphabet that a Qdrant server accepts as well.
@@ -30,6 +30,8 @@ FAILED_FLAG = "embedding_failed"
 
 # Above this the engines' float32 storage overflows to infinity.
 _F32_MAX = float(np.finfo(np.float32).max)
+# Qdrant sparse indices are unsigned 32-bit integers.
+_SPARSE_INDEX_MAX = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class ValidPoint:
     id: str
     vector: list[float]
     payload: dict[str, Any]
+    sparse: SparseVec | None = None  # None also for an empty sparse vector: nothing to store
 
 
 def check_collection_name(name: str) -> str:
@@ -152,7 +155,46 @@ def validate_points(points: Sequence[Point], dimension: int) -> list[ValidPoint]
         ids.append(pid)
         payloads.append(payload)
     vectors = _batch_vectors(points, ids, payloads, dimension)
-    return [ValidPoint(i, v, p) for i, v, p in zip(ids, vectors, payloads)]
+    sparse = [None if p.sparse is None else check_sparse(p.sparse, what=f"point {i}")
+              for p, i in zip(points, ids)]
+    return [ValidPoint(i, v, p, s if s is not None and s.indices else None)
+            for i, v, p, s in zip(ids, vectors, payloads, sparse)]
+
+
+def check_sparse(sparse: SparseVec, *, what: str) -> SparseVec:
+    """Return ``sparse`` with plain int/float lists after checking it.
+
+    The engines disagree on bad input (qdrant-edge 0.9.0 stores duplicate
+    indices and NaN weights; qdrant-client refuses duplicates), so every
+    check is ours.
+
+    Raises:
+        InvalidVector: not a ``SparseVec``, lengths differ, an index is not an
+            int in ``[0, 2**32 - 1]`` or is repeated, or a value is not finite
+            in float32.
+    """
+    if not isinstance(sparse, SparseVec):
+        raise InvalidVector(f"{what}: sparse vector must be a SparseVec, got "
+                            f"{type(sparse).__name__}")
+    if len(sparse.indices) != len(sparse.values):
+        raise InvalidVector(f"{what}: sparse vector has {len(sparse.indices)} indices but "
+                            f"{len(sparse.values)} values")
+    indices: list[int] = []
+    for index in sparse.indices:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not (
+                0 <= index <= _SPARSE_INDEX_MAX):
+            raise InvalidVector(f"{what}: sparse index {index!r} is not an integer in "
+                                f"[0, {_SPARSE_INDEX_MAX}]")
+        indices.append(int(index))
+    if len(set(indices)) != len(indices):
+        raise InvalidVector(f"{what}: sparse vector repeats an index")
+    try:
+        values = np.asarray(sparse.values, dtype=np.float64).reshape(len(indices))
+    except (TypeError, ValueError) as exc:
+        raise InvalidVector(f"{what}: sparse values are not numbers") from exc
+    if not np.isfinite(values).all() or np.abs(values).max(initial=0.0) > _F32_MAX:
+        raise InvalidVector(f"{what}: sparse values must be finite float32 numbers")
+    return SparseVec(indices, values.tolist())
 
 
 def _batch_vectors(points: Sequence[Point], ids: list[str], payloads: list[dict[str, Any]],

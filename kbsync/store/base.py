@@ -9,7 +9,13 @@ Invariants every adapter keeps (checked by ``tests/store/test_conformance.py``):
 - point ids are UUID strings chosen by the caller (deterministic upserts);
 - ``upsert`` of an existing id replaces vector and payload;
 - ``search`` scores are cosine similarities, best first;
-- a vector whose length differs from the collection's raises ``DimensionMismatch``.
+- a vector whose length differs from the collection's raises ``DimensionMismatch``;
+- a collection made with ``sparse=True`` also holds an optional named sparse vector
+  ``SPARSE`` with Qdrant's IDF modifier (BM25 when the values are BM25 term
+  weights, see ``kbsync/sparse.py``); ``sparse_search`` scores are
+  ``sum(idf(term) * weight)``, ``hybrid_search`` fuses a dense and a sparse
+  candidate list with reciprocal rank fusion (score ``sum(1 / (RRF_K + rank))``,
+  rank counted from 0), checked by ``tests/store/test_sparse_conformance.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 DENSE = "dense"
-"""Name of the dense vector in every collection (room is left for ``sparse``)."""
+"""Name of the dense vector in every collection."""
+
+SPARSE = "sparse"
+"""Name of the sparse (BM25, IDF modifier) vector in collections made with ``sparse=True``."""
+
+RRF_K = 2
+"""Reciprocal rank fusion constant: Qdrant's default, so every engine fuses alike."""
 
 Scalar = str | int | bool
 
@@ -49,13 +61,30 @@ class Filter:
         return Filter(self.must, self.must_not + (Match(key, value),))
 
 
+@dataclass(frozen=True)
+class SparseVec:
+    """A sparse vector: unique non-negative 32-bit ``indices`` and their finite ``values``.
+
+    An empty vector (no indices) is allowed: it is stored as "no sparse vector"
+    and, as a query, matches nothing.
+    """
+
+    indices: list[int]
+    values: list[float]
+
+
 @dataclass
 class Point:
-    """A point to write or a point read back (``vector`` may be omitted on reads)."""
+    """A point to write or a point read back.
+
+    ``vector`` may be omitted on reads; ``sparse`` is written when given (the
+    collection must have been made with ``sparse=True``) and never read back.
+    """
 
     id: str
     payload: dict[str, Any]
     vector: list[float] | None = None
+    sparse: SparseVec | None = None
 
 
 @dataclass(frozen=True)
@@ -72,12 +101,18 @@ class VectorStore(Protocol):
     """What kbsync needs from a vector database."""
 
     def ensure_collection(
-        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = ()
+        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
+        sparse: bool = False,
     ) -> None:
         """Create the collection if missing, else check its dimension.
 
+        With ``sparse=True`` the collection also gets the ``SPARSE`` vector
+        (IDF modifier); an existing collection without it gets it added.
+
         Raises:
             DimensionMismatch: the existing collection has another dimension.
+            StoreError: the sparse vector is missing and the engine cannot add
+                it, or it exists without the IDF modifier.
         """
 
     def collection_dimension(self, name: str) -> int | None:
@@ -106,6 +141,28 @@ class VectorStore(Protocol):
         flt: Filter | None = None, score_threshold: float | None = None,
     ) -> list[ScoredPoint]:
         """Nearest points to ``vector`` by cosine similarity, best first."""
+
+    def sparse_search(
+        self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
+    ) -> list[ScoredPoint]:
+        """Points sharing terms with ``sparse``, by ``sum(idf * weight)``, best first.
+
+        Raises:
+            StoreError: the collection has no ``SPARSE`` vector.
+        """
+
+    def hybrid_search(
+        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
+        flt: Filter | None = None, candidate_limit: int | None = None,
+    ) -> list[ScoredPoint]:
+        """Dense and sparse candidates (``candidate_limit`` each, default ``limit``)
+        fused by reciprocal rank fusion in the engine (Query API: prefetch + RRF).
+
+        ``flt`` applies to both candidate lists. Scores are RRF scores, not cosines.
+
+        Raises:
+            StoreError: the collection has no ``SPARSE`` vector.
+        """
 
     def close(self) -> None:
         """Flush and release the handle (the edge engine allows one per folder)."""

@@ -15,32 +15,35 @@ Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
 - it raises bare ``Exception`` with a message; we translate by message;
 - the shard config is persisted in ``<folder>/edge_config.json`` (documented),
   which is where the dimension of an existing collection is read from;
-- ``MatchValue(True)`` is converted to the *integer* 1 (a Python bool is an
-  int), so a bool never matches; a ``numpy.bool_`` is converted to a bool;
+- ``MatchValue(True)`` never matches a stored bool (see ``edge_query``, which
+  holds the filter, config and query translation);
 - ``optimize()`` builds HNSW indexes in-process and holds the GIL: call
   :meth:`EdgeStore.optimize` after bulk loads, never on a request path.
 
-Room for hybrid search: the config is a dict of named vectors, so a sparse
-vector (BM25 with the IDF modifier) is one more ``sparse_vectors`` entry, or
-``UpdateOperation.create_sparse_vector`` on an existing shard.
+Hybrid search: a collection made with ``sparse=True`` has the ``SPARSE``
+vector (IDF modifier) in its ``sparse_vectors``; an older shard gets it added
+by ``UpdateOperation.create_sparse_vector`` (existing points keep no sparse
+vector until they are written again).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 import qdrant_edge as qe
 
 from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
 from kbsync.store import _convert as cv
-from kbsync.store.base import DENSE, Filter, Match, Point, Scalar, ScoredPoint
+from kbsync.store import edge_query as eq
+from kbsync.store.base import DENSE, Filter, Point, ScoredPoint, SparseVec
+from kbsync.store.edge_query import errors as _errors
+from kbsync.store.edge_query import to_edge_filter
+
+__all__ = ["EdgeStore", "to_edge_filter"]
 
 try:  # POSIX only; elsewhere the engine's own WAL lock still refuses a second handle
     import fcntl
@@ -49,85 +52,20 @@ except ImportError:  # pragma: no cover - not exercised on Linux CI
 
 log = logging.getLogger(__name__)
 
-_CONFIG_FILE = "edge_config.json"
+_CONFIG_FILE = eq.CONFIG_FILE
 _LOCK_FILE = ".lock"
 _WRITE_BATCH = 1024  # points per update call: bounds one call's memory, not durability
 
 
-def _translate(exc: Exception, action: str, name: str) -> KbsyncError:
-    """Turn a binding exception (bare ``Exception`` + message) into a kbsync error."""
-    msg = str(exc)
-    text = f"edge store: {action} on collection {name!r} failed: {msg}"
-    low = msg.lower()
-    if "wouldblock" in low or "temporarily unavailable" in low or "locked" in low:
-        return StoreUnavailable(text)
-    if "dimension error" in low:
-        return DimensionMismatch(text)
-    return StoreError(text)
-
-
-@contextmanager
-def _errors(action: str, name: str) -> Iterator[None]:
-    """Translate everything the binding raises; let our own errors through."""
-    try:
-        yield
-    except KbsyncError:
-        raise
-    except Exception as exc:  # the binding raises bare Exception/TypeError/ValueError
-        raise _translate(exc, action, name) from exc
-
-
 @dataclass
 class _Shard:
-    """An open shard, its dense dimension, and the lock serialising calls into it."""
+    """An open shard, its dense dimension, whether it has the sparse vector, and the
+    lock serialising calls into it."""
 
     shard: Any
     dimension: int
+    sparse: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _match_value(value: Scalar) -> Any:
-    # See module docstring: only numpy.bool_ reaches the engine as a bool.
-    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
-
-
-def _condition(match: Match) -> Any:
-    """One kbsync Match as an edge condition."""
-    if match.any_of is None:
-        return qe.FieldCondition(key=match.key, match=_match_value(match.value))
-    values = list(match.any_of)
-    if cv.any_of_kind(values) != "mixed":
-        return qe.FieldCondition(key=match.key, match=qe.MatchAny(values))
-    # MatchAny takes only all-str or all-int lists: "one of" becomes OR of equalities.
-    return qe.Filter(should=[qe.FieldCondition(key=match.key, match=_match_value(v))
-                             for v in values])
-
-
-def to_edge_filter(flt: Filter | None) -> Any:
-    """Translate our filter into ``qdrant_edge.Filter`` (``None`` when empty)."""
-    flt = cv.check_filter(flt)
-    if cv.is_empty(flt):
-        return None
-    return qe.Filter(
-        must=[_condition(m) for m in flt.must] or None,
-        must_not=[_condition(m) for m in flt.must_not] or None,
-    )
-
-
-def _read_dimension(folder: Path, name: str) -> int:
-    """The dense dimension recorded in the shard's persisted config."""
-    try:
-        config = json.loads((folder / _CONFIG_FILE).read_text(encoding="utf-8"))
-        params = config["vectors"][DENSE]
-        size, distance = int(params["size"]), params.get("distance")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(
-            f"edge store: collection {name!r} at {folder} has no readable dense vector "
-            f"{DENSE!r} in {_CONFIG_FILE} (made by another tool or version?)"
-        ) from exc
-    if distance != "Cosine":
-        raise StoreError(f"edge store: collection {name!r} uses {distance} distance, not Cosine")
-    return size
 
 
 def _vector_of(record: Any) -> list[float] | None:
@@ -190,10 +128,10 @@ class EdgeStore:
                 return handle
             if not (folder / _CONFIG_FILE).is_file():
                 return None
-            dimension = _read_dimension(folder, name)
+            dimension, sparse = eq.read_config(folder, name)
             with _errors("load", name):
                 shard = qe.EdgeShard.load(str(folder))
-            handle = self._shards[name] = _Shard(shard, dimension)
+            handle = self._shards[name] = _Shard(shard, dimension, sparse)
             return handle
 
     def _require(self, name: str) -> _Shard:
@@ -206,11 +144,13 @@ class EdgeStore:
 
     # --- VectorStore --------------------------------------------------------
     def ensure_collection(
-        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = ()
+        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
+        sparse: bool = False,
     ) -> None:
         """Create the collection if missing, else check its dimension; add missing indexes.
 
         Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes.
+        ``sparse=True`` creates (or adds to an existing shard) the IDF sparse vector.
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.
@@ -219,9 +159,7 @@ class EdgeStore:
         handle = self._get(name)
         if handle is None:
             folder = self._folder(name)
-            config = qe.EdgeConfig(
-                vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)}
-            )
+            config = eq.collection_config(dimension, sparse=sparse)
             with self._lock:
                 if self._closed:
                     raise StoreError(f"edge store at {self.path} is closed")
@@ -229,13 +167,21 @@ class EdgeStore:
                 if handle is None:
                     with _errors("create", name):
                         shard = qe.EdgeShard.create(str(folder), config)
-                    handle = self._shards[name] = _Shard(shard, dimension)
-                    log.info("created edge collection %s (dim %d) at %s", name, dimension, folder)
+                    handle = self._shards[name] = _Shard(shard, dimension, sparse)
+                    log.info("created edge collection %s (dim %d%s) at %s", name, dimension,
+                             ", sparse" if sparse else "", folder)
         if handle.dimension != dimension:
             raise DimensionMismatch(
                 f"collection {name!r} has dimension {handle.dimension}, requested {dimension} "
                 "(embedding model changed? use another collection or re-create it)"
             )
+        if sparse and not handle.sparse:
+            with handle.lock, _errors("add sparse vector", name):
+                if not handle.sparse:
+                    handle.shard.update(eq.add_sparse_operation())
+                    handle.sparse = True
+                    log.warning("added sparse vector to edge collection %s: chunks written "
+                                "before now have no BM25 vector until re-ingested", name)
         with handle.lock, _errors("create index", name):
             existing = set(handle.shard.info().payload_schema)
             for key in keyword_indexes:
@@ -258,9 +204,10 @@ class EdgeStore:
         """
         handle = self._require(name)
         valid = cv.validate_points(points, handle.dimension)
+        if not handle.sparse and any(p.sparse is not None for p in valid):
+            raise eq.no_sparse_error(name)
         for start in range(0, len(valid), _WRITE_BATCH):
-            batch = [qe.Point(p.id, {DENSE: p.vector}, p.payload)
-                     for p in valid[start:start + _WRITE_BATCH]]
+            batch = [eq.edge_point(p) for p in valid[start:start + _WRITE_BATCH]]
             with handle.lock, _errors("upsert", name):
                 handle.shard.update(qe.UpdateOperation.upsert_points(batch))
 
@@ -347,7 +294,52 @@ class EdgeStore:
         )
         with handle.lock, _errors("search", name):
             hits = handle.shard.query(request)
-        return [ScoredPoint(str(h.id), float(h.score), h.payload or {}) for h in hits]
+        return eq.to_scored(hits)
+
+    def sparse_search(
+        self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
+    ) -> list[ScoredPoint]:
+        """Points by BM25 score ``sum(idf * weight)``, best first ([] when missing).
+
+        Raises:
+            StoreError: the collection has no sparse vector.
+            InvalidVector: a malformed sparse query.
+        """
+        cv.check_limit(limit, "limit")
+        query = eq.check_sparse_query(sparse)
+        handle = self._sparse_handle(name)
+        if handle is None or not query.indices:
+            return []
+        request = eq.sparse_request(query, limit=limit, edge_filter=to_edge_filter(flt))
+        with handle.lock, _errors("sparse search", name):
+            return eq.to_scored(handle.shard.query(request))
+
+    def hybrid_search(
+        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
+        flt: Filter | None = None, candidate_limit: int | None = None,
+    ) -> list[ScoredPoint]:
+        """Dense and sparse candidates fused by RRF in the engine ([] when missing).
+
+        Raises:
+            StoreError: the collection has no sparse vector.
+            DimensionMismatch, InvalidVector: a bad dense or sparse query.
+        """
+        cv.check_limit(limit, "limit")
+        candidates = cv.check_limit(candidate_limit or limit, "candidate_limit")
+        query = eq.check_sparse_query(sparse)
+        handle = self._sparse_handle(name)
+        if handle is None:
+            return []
+        request = eq.hybrid_request(cv.check_query(dense, handle.dimension), query, limit=limit,
+                                    candidate_limit=candidates, edge_filter=to_edge_filter(flt))
+        with handle.lock, _errors("hybrid search", name):
+            return eq.to_scored(handle.shard.query(request))
+
+    def _sparse_handle(self, name: str) -> _Shard | None:
+        handle = self._get(name)
+        if handle is not None and not handle.sparse:
+            raise eq.no_sparse_error(name)
+        return handle
 
     # --- extras -------------------------------------------------------------
     def optimize(self, name: str | None = None) -> bool:

@@ -6,13 +6,17 @@
 mode ignores payload indexes (it warns), so none are created there, and it is
 not thread-safe, so calls into it are serialised with a lock.
 
-Vendor exceptions are translated at this boundary: connection failures,
-timeouts, 429 and 5xx become ``StoreUnavailable`` (retry), dimension errors
+Vendor exceptions are translated at this boundary (``server_query``, which
+also holds the filter and point translation): connection failures, timeouts,
+429 and 5xx become ``StoreUnavailable`` (retry), dimension errors
 ``DimensionMismatch``, the rest ``StoreError``.
 
-Room for hybrid search: the collection's vectors are named, so a sparse
-vector (``sparse_vectors_config={"sparse": SparseVectorParams(modifier=IDF)}``)
-can be added next to ``DENSE`` without touching existing points.
+Hybrid search: ``sparse=True`` collections carry ``SPARSE``
+(``SparseVectorParams(modifier=IDF)``) next to ``DENSE``; an existing collection
+gets it through ``create_vector_name`` (servers that lack that endpoint are
+told to re-create the collection). Queries use the Query API: prefetch dense
+and sparse candidates with the filter on each, fuse with RRF (``RRF_K``, the
+server's default, so plain ``Fusion.RRF`` works on every server version).
 """
 
 from __future__ import annotations
@@ -24,102 +28,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import httpx
 from qdrant_client import QdrantClient, models
-from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
+from kbsync.errors import DimensionMismatch, StoreError, StoreUnavailable
 from kbsync.store import _convert as cv
-from kbsync.store.base import DENSE, Filter, Match, Point, ScoredPoint
+from kbsync.store import server_query as sq
+from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Point, ScoredPoint, SparseVec
+from kbsync.store.server_query import to_client_filter
+
+__all__ = ["ServerStore", "to_client_filter"]
 
 log = logging.getLogger(__name__)
 
 _WRITE_BATCH = 256  # points per request: 256 x 3072 floats stays well under the 32 MiB body cap
-
-
-def _is_missing_collection(exc: Exception) -> bool:
-    """Whether ``exc`` says the collection does not exist (server 404 or local mode)."""
-    if isinstance(exc, UnexpectedResponse):
-        if exc.status_code != 404:
-            return False
-        try:  # only Qdrant's own message: a bare 404 can also mean a wrong URL prefix
-            error = str(exc.structured()["status"]["error"])
-        except (ValueError, KeyError, TypeError):
-            return False
-        return "Collection" in error and "doesn't exist" in error
-    msg = str(exc)
-    return isinstance(exc, ValueError) and msg.startswith("Collection") and "not found" in msg
-
-
-def _translate(exc: Exception, action: str, name: str) -> KbsyncError:
-    """Turn a qdrant-client / httpx / local-mode exception into a kbsync error."""
-    text = f"qdrant: {action} on collection {name!r} failed: {exc}"
-    if isinstance(exc, ResourceExhaustedResponse):
-        return StoreUnavailable(f"{text} (retry after {exc.retry_after_s}s)")
-    if isinstance(exc, ResponseHandlingException):
-        if isinstance(exc.source, (httpx.TransportError, OSError)):
-            return StoreUnavailable(f"qdrant: {action} on {name!r}: server unreachable: "
-                                    f"{exc.source!r}")
-        return StoreError(f"qdrant: {action} on {name!r}: unreadable response: {exc.source}")
-    if isinstance(exc, (httpx.TransportError, ConnectionError, TimeoutError)):
-        return StoreUnavailable(text)
-    if isinstance(exc, UnexpectedResponse):
-        if exc.status_code is not None and (exc.status_code == 429 or exc.status_code >= 500):
-            return StoreUnavailable(text)
-    msg = str(exc)
-    if "dimension error" in msg:
-        return DimensionMismatch(text)
-    if isinstance(exc, RuntimeError) and "already accessed by another instance" in msg:
-        return StoreUnavailable(text)
-    return StoreError(text)
-
-
-@contextmanager
-def _errors(action: str, name: str) -> Iterator[None]:
-    """Translate everything qdrant-client raises; let our own errors through."""
-    try:
-        yield
-    except KbsyncError:
-        raise
-    except Exception as exc:  # qdrant-client raises many unrelated types
-        raise _translate(exc, action, name) from exc
-
-
-def _condition(match: Match) -> Any:
-    """One kbsync Match as a qdrant-client condition."""
-    if match.any_of is None:
-        return models.FieldCondition(key=match.key, match=models.MatchValue(value=match.value))
-    values = list(match.any_of)
-    if cv.any_of_kind(values) != "mixed":
-        return models.FieldCondition(key=match.key, match=models.MatchAny(any=values))
-    # MatchAny takes only all-str or all-int lists: "one of" becomes OR of equalities.
-    return models.Filter(should=[
-        models.FieldCondition(key=match.key, match=models.MatchValue(value=v)) for v in values
-    ])
-
-
-def to_client_filter(flt: Filter | None) -> models.Filter | None:
-    """Translate our filter into ``qdrant_client.models.Filter`` (``None`` when empty)."""
-    flt = cv.check_filter(flt)
-    if cv.is_empty(flt):
-        return None
-    return models.Filter(
-        must=[_condition(m) for m in flt.must] or None,
-        must_not=[_condition(m) for m in flt.must_not] or None,
-    )
-
-
-def _dense_size(info: Any, name: str) -> int:
-    """The size of the ``DENSE`` cosine vector in a collection's info."""
-    vectors = info.config.params.vectors
-    params = vectors.get(DENSE) if isinstance(vectors, dict) else None
-    if params is None:
-        raise StoreError(f"qdrant: collection {name!r} has no named dense vector {DENSE!r} "
-                         "(created by another tool?)")
-    if params.distance != models.Distance.COSINE:
-        raise StoreError(f"qdrant: collection {name!r} uses {params.distance} distance, not Cosine")
-    return int(params.size)
 
 
 class ServerStore:
@@ -140,6 +61,7 @@ class ServerStore:
         # Local mode keeps numpy arrays and a sqlite handle: not safe across threads.
         self._guard: Any = threading.RLock() if self._local else contextlib.nullcontext()
         self._dims: dict[str, int] = {}
+        self._sparse: dict[str, bool] = {}  # filled with _dims from the collection's info
         self._closed = False
 
     @classmethod
@@ -160,14 +82,14 @@ class ServerStore:
         Raises:
             StoreUnavailable: another client holds the folder.
         """
-        with _errors("open local store", str(path)):
+        with sq.errors("open local store", str(path)):
             return cls(QdrantClient(path=str(path)))
 
     # --- helpers ------------------------------------------------------------
     def _call(self, action: str, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self._closed:
             raise StoreError("qdrant store is closed")
-        with self._guard, _errors(action, name):
+        with self._guard, sq.errors(action, name):
             return fn(*args, **kwargs)
 
     def _read(self, action: str, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -178,10 +100,11 @@ class ServerStore:
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:
-                if _is_missing_collection(exc):
+                if sq.is_missing_collection(exc):
                     self._dims.pop(name, None)
+                    self._sparse.pop(name, None)
                     return None
-                raise _translate(exc, action, name) from exc
+                raise sq.translate(exc, action, name) from exc
 
     def _dimension_or_raise(self, name: str) -> int:
         dim = self.collection_dimension(name)
@@ -193,25 +116,32 @@ class ServerStore:
 
     # --- VectorStore --------------------------------------------------------
     def ensure_collection(
-        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = ()
+        self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
+        sparse: bool = False,
     ) -> None:
         """Create the collection if missing, else check its dimension; create keyword indexes.
 
         ``namespace`` (``TENANT_KEYS``) gets a tenant keyword index. Index
         creation is idempotent on the server and skipped in local mode.
+        ``sparse=True`` creates (or adds) the IDF sparse vector ``SPARSE``.
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.
+            StoreError: the sparse vector is missing and this server cannot add it.
         """
         cv.check_collection_name(name)
         cv.check_dimension(dimension)
         existing = self.collection_dimension(name)
         if existing is None:
+            sparse_config = ({SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+                             if sparse else None)
             try:
                 self._call("create", name, self._client.create_collection, name,
                            vectors_config={DENSE: models.VectorParams(
-                               size=dimension, distance=models.Distance.COSINE)})
-                log.info("created qdrant collection %s (dim %d)", name, dimension)
+                               size=dimension, distance=models.Distance.COSINE)},
+                           sparse_vectors_config=sparse_config)
+                log.info("created qdrant collection %s (dim %d%s)", name, dimension,
+                         ", sparse" if sparse else "")
             except StoreError:
                 # Another process may have created it between our check and create.
                 existing = self.collection_dimension(name)
@@ -219,11 +149,14 @@ class ServerStore:
                     raise
             else:
                 existing = self._dims[name] = dimension
+                self._sparse[name] = sparse
         if existing != dimension:
             raise DimensionMismatch(
                 f"collection {name!r} has dimension {existing}, requested {dimension} "
                 "(embedding model changed? use another collection or re-create it)"
             )
+        if sparse and not self._sparse.get(name):
+            self._add_sparse(name)
         if self._local:
             return
         for key in keyword_indexes:
@@ -242,7 +175,34 @@ class ServerStore:
         info = self._read("get collection", name, self._client.get_collection, name)
         if info is None:
             return None
-        dim = self._dims[name] = _dense_size(info, name)
+        dim = self._dims[name] = sq.dense_size(info, name)
+        self._sparse[name] = sq.has_sparse(info, name)
+        return dim
+
+    def _add_sparse(self, name: str) -> None:
+        """Add ``SPARSE`` to an existing collection, or explain how to re-create it."""
+        config = models.SparseVectorNameConfig(
+            sparse=models.SparseVectorConfig(modifier=models.Modifier.IDF))
+        try:
+            self._call("add sparse vector", name, self._client.create_vector_name, name, SPARSE,
+                       config, wait=True)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            raise StoreError(
+                f"qdrant: collection {name!r} has no sparse vector {SPARSE!r} and the server "
+                f"could not add one ({exc}); delete the collection (or set another "
+                "KBSYNC_COLLECTION) and re-ingest with --force"
+            ) from exc
+        self._sparse[name] = True
+        log.warning("added sparse vector to qdrant collection %s: chunks written before now "
+                    "have no BM25 vector until re-ingested", name)
+
+    def _sparse_dim(self, name: str) -> int | None:
+        """The dense dimension of a collection that must hold ``SPARSE`` (None: missing)."""
+        dim = self.collection_dimension(name)
+        if dim is not None and not self._sparse.get(name):
+            raise sq.no_sparse(name)
         return dim
 
     def upsert(self, name: str, points: Sequence[Point]) -> None:
@@ -253,9 +213,10 @@ class ServerStore:
             DimensionMismatch, InvalidVector, UsageError: see ``_convert.validate_points``.
         """
         valid = cv.validate_points(points, self._dimension_or_raise(name))
+        if not self._sparse.get(name) and any(p.sparse is not None for p in valid):
+            raise sq.no_sparse(name)
         for start in range(0, len(valid), _WRITE_BATCH):
-            batch = [models.PointStruct(id=p.id, vector={DENSE: p.vector}, payload=p.payload)
-                     for p in valid[start:start + _WRITE_BATCH]]
+            batch = [sq.to_point(p) for p in valid[start:start + _WRITE_BATCH]]
             self._call("upsert", name, self._client.upsert, name, points=batch, wait=True)
 
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
@@ -334,16 +295,68 @@ class ServerStore:
             query_filter=client_filter, limit=limit, score_threshold=threshold,
             with_payload=True, with_vectors=False,
         )
-        if result is None:
+        return sq.scored(result)
+
+    def sparse_search(
+        self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
+    ) -> list[ScoredPoint]:
+        """Points by BM25 score ``sum(idf * weight)``, best first ([] when missing).
+
+        Raises:
+            StoreError: the collection has no sparse vector.
+            InvalidVector: a malformed sparse query.
+        """
+        cv.check_limit(limit, "limit")
+        query = cv.check_sparse(sparse, what="sparse query")
+        client_filter = to_client_filter(flt)
+        if self._sparse_dim(name) is None or not query.indices:
             return []
-        return [ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in result.points]
+        result = self._read(
+            "sparse search", name, self._client.query_points, name,
+            query=models.SparseVector(indices=query.indices, values=query.values),
+            using=SPARSE, query_filter=client_filter, limit=limit, with_payload=True,
+            with_vectors=False,
+        )
+        return sq.scored(result)
+
+    def hybrid_search(
+        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
+        flt: Filter | None = None, candidate_limit: int | None = None,
+    ) -> list[ScoredPoint]:
+        """Dense and sparse candidates fused by RRF on the server ([] when missing).
+
+        Raises:
+            StoreError: the collection has no sparse vector.
+            DimensionMismatch, InvalidVector: a bad dense or sparse query.
+        """
+        cv.check_limit(limit, "limit")
+        candidates = cv.check_limit(candidate_limit or limit, "candidate_limit")
+        query = cv.check_sparse(sparse, what="sparse query")
+        client_filter = to_client_filter(flt)
+        dim = self._sparse_dim(name)
+        if dim is None:
+            return []
+        prefetch = [models.Prefetch(query=cv.check_query(dense, dim), using=DENSE,
+                                    filter=client_filter, limit=candidates)]
+        if query.indices:  # an empty sparse query matches nothing
+            prefetch.append(models.Prefetch(
+                query=models.SparseVector(indices=query.indices, values=query.values),
+                using=SPARSE, filter=client_filter, limit=candidates))
+        fusion = (models.FusionQuery(fusion=models.Fusion.RRF) if RRF_K == 2
+                  else models.RrfQuery(rrf=models.Rrf(k=RRF_K)))
+        result = self._read(
+            "hybrid search", name, self._client.query_points, name, prefetch=prefetch,
+            query=fusion, query_filter=client_filter, limit=limit, with_payload=True,
+            with_vectors=False,
+        )
+        return sq.scored(result)
 
     def close(self) -> None:
         """Close the client (local mode: persist and release the folder lock). Idempotent."""
         if self._closed:
             return
         self._closed = True
-        with self._guard, _errors("close", "*"):
+        with self._guard, sq.errors("close", "*"):
             self._client.close()
 
     def __enter__(self) -> "ServerStore":

@@ -1,0 +1,73 @@
+"""The ``evaluate`` flow: labelled queries -> search per mode -> metrics, reports, gate.
+
+The flow only arranges tasks; the work lives in :mod:`kbsync.evaluate` and
+:mod:`kbsync.eval_report`. It ends Failed (returning the JSON result as the
+state's data, like ``ingest``) when the regression gate trips: nDCG@10 of a
+mode dropped by more than ``regression_margin`` against the baseline run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from prefect import flow, get_run_logger
+from prefect.states import Failed
+from pydantic import Field
+
+from kbsync.eval_report import gate_message
+from kbsync.evaluate import build_result, check_k, parse_modes
+from kbsync.settings import Settings
+from tasks import eval_tasks as t
+from tasks.resources import release, runtime_for
+
+
+@flow(name="evaluate", log_prints=False, validate_parameters=True)
+def evaluate(
+    queries_file: Annotated[str, Field(min_length=1, description=(
+        "JSONL ({\"query\": ..., \"relevant\": [doc_id, ...]}) or CSV (query,relevant with "
+        "|-separated doc_ids) file of labelled queries."))],
+    namespace: Annotated[str, Field(min_length=1, max_length=200, description=(
+        "Namespace to search; the labelled doc_ids must live there."))] = "default",
+    k: Annotated[int, Field(ge=1, le=100, description=(
+        "Documents ranked per query for hit@k, MRR@k and recall@k (nDCG is always @10)."))]
+        = 10,
+    modes: Annotated[list[str], Field(min_length=1, description=(
+        "Retrieval modes to compare: dense, hybrid, optionally +mqeN / +hyde "
+        "(e.g. dense+mqe3)."))] = ["dense"],  # noqa: B006 - Prefect needs a literal default
+    report_dir: Annotated[str, Field(min_length=1, description=(
+        "Folder for per-run CSV/Markdown/PNG, latest.json and history.jsonl; the gate "
+        "compares with earlier runs kept here."))] = "reports/eval",
+    regression_margin: Annotated[float, Field(ge=0, le=1, description=(
+        "The run fails when nDCG@10 of any mode drops by more than this against the "
+        "baseline run."))] = 0.02,
+    accept_regression: Annotated[bool, Field(description=(
+        "Record a drop as the new baseline instead of failing."))] = False,
+) -> dict:
+    """Evaluate retrieval over a labelled query set and return the JSON result."""
+    logger = get_run_logger()
+    settings = Settings()
+    specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
+    check_k(k)
+    queries = t.load_queries(queries_file)
+    try:
+        warnings = t.check_labels(queries, settings, namespace=namespace)
+        outcomes = []
+        for spec in specs:  # one after the other: latencies measured without competition
+            outcomes += t.search_mode(queries, spec, settings, namespace=namespace, k=k)
+        embedding = runtime_for(settings).embedding_info()
+    finally:
+        release(settings)
+    result = build_result(queries, outcomes, k=k, namespace=namespace, warnings=warnings,
+                          embedding=embedding)
+    result = t.write_eval_report(result, report_dir, margin=regression_margin,
+                                 accept=accept_regression)
+    t.publish_eval(result)
+    for mode, metrics in result.modes.items():
+        logger.info("eval %s %s: hit@%d %.3f, MRR %.3f, nDCG@10 %.3f, p50 %.1f ms", namespace,
+                    mode, k, metrics["hit_rate"] or 0, metrics["mrr"] or 0,
+                    metrics["ndcg@10"] or 0, metrics["latency_ms_p50"])
+    data = result.to_dict()
+    if not result.gate_ok:
+        return Failed(message="retrieval regression: " + gate_message(result.regression),
+                      data=data)
+    return data

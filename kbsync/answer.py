@@ -1,0 +1,209 @@
+"""``kbsync ask``: retrieve, then let a chat model answer only from the retrieved chunks.
+
+Invariants:
+
+- when no retrieved chunk scores at least ``min_score``, the answer says so and
+  the chat model is never called (no cost, no invented answer);
+- the model sees the passages numbered ``[1]..[n]`` and is told to cite them;
+  every citation in the returned answer refers to one of those passages: a
+  number the model invented is removed from the text and listed in
+  ``invented_citations``;
+- ``citations`` lists the passages the answer actually cites, in order of first
+  mention.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol, Sequence
+
+from kbsync.errors import UsageError
+from kbsync.models import SearchHit
+from kbsync.search import citation, search
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_SCORE = 0.3
+"""Cosine similarity below which a chunk is not worth answering from.
+
+Measured on data/sample with all-MiniLM-L6-v2: chunks that answer a question
+score 0.35-0.75, while the best chunk for an off-topic question stays under
+0.25. Other embedders need their own value (``--min-score``).
+"""
+MAX_CONTEXT_CHARS = 16_000
+ANSWER_MAX_TOKENS = 700
+
+SYSTEM_PROMPT = """You answer questions using only the numbered passages you are given.
+Rules:
+- Use only facts stated in the passages. Do not use outside knowledge.
+- Cite the passage after each statement with its number in square brackets, e.g. [1] or [2][3].
+  Cite only numbers that appear in the passages.
+- If the passages do not contain the answer, say that the knowledge base does not answer it.
+- Answer in the language of the question, briefly."""
+
+_CITE = re.compile(r"\s?\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
+
+
+class ChatModel(Protocol):
+    """What ``ask`` needs from a chat model (``kbsync.llm.ChatClient`` provides it)."""
+
+    def complete(self, system: str, user: str, *, max_tokens: int,
+                 temperature: float) -> str:
+        """The model's reply to one system + user message pair."""
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A passage the answer cites as ``[n]``."""
+
+    n: int
+    doc_id: str
+    page_start: int | None
+    page_end: int | None
+    heading_path: str
+
+
+@dataclass
+class Answer:
+    """The JSON contract of ``kbsync ask --json``: the answer plus the search fields."""
+
+    query: str
+    namespace: str
+    mode: str
+    answer: str
+    answered: bool
+    citations: list[Citation]
+    raw_count: int
+    kept_count: int
+    results: list[SearchHit]
+    latency_ms: float
+    answer_latency_ms: float = 0.0
+    min_score: float | None = None
+    context_used: int = 0
+    invented_citations: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        data = asdict(self)
+        data["results"] = [h.to_dict() for h in self.results]
+        return data
+
+
+def nothing_found(namespace: str) -> str:
+    """The fixed reply when retrieval found nothing relevant."""
+    return (f"I found nothing relevant to this question in namespace {namespace!r}, so I "
+            "cannot answer it from the knowledge base.")
+
+
+def ask(
+    question: str, *, store, service, collection: str, llm: ChatModel,
+    namespace: str = "default", k: int = 5, min_score: float | None = DEFAULT_MIN_SCORE,
+    max_context_chars: int = MAX_CONTEXT_CHARS,
+) -> Answer:
+    """Answer ``question`` from the ``k`` best chunks of ``namespace``, with citations.
+
+    Args:
+        question: the user's question (must not be blank).
+        store, service, collection: as for :func:`kbsync.search.search`.
+        llm: the chat model; not called when nothing relevant is found.
+        namespace: only this namespace is searched.
+        k: chunks retrieved (1..100).
+        min_score: chunks scoring below it are not given to the model
+            (``None``: no threshold).
+        max_context_chars: passages beyond this many characters are left out.
+    Raises:
+        ValueError: blank question or bad k (from search).
+        KbsyncError: the store or the chat model failed (never an empty answer).
+    """
+    result = search(question, store=store, service=service, collection=collection,
+                    namespace=namespace, k=k)
+    context = _context(result.results, min_score, max_context_chars)
+    answer = Answer(query=question, namespace=namespace, mode=result.mode, answer="",
+                    answered=False, citations=[], raw_count=result.raw_count,
+                    kept_count=result.kept_count, results=result.results,
+                    latency_ms=result.latency_ms, min_score=min_score,
+                    context_used=len(context))
+    if not context:
+        answer.answer = nothing_found(namespace)
+        return answer
+    started = time.perf_counter()
+    reply = llm.complete(SYSTEM_PROMPT, user_prompt(question, context),
+                         max_tokens=ANSWER_MAX_TOKENS, temperature=0.0)
+    answer.answer_latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    text, cited, invented = check_citations(reply, len(context))
+    answer.answer, answer.answered, answer.invented_citations = text.strip(), True, invented
+    answer.citations = [Citation(n=n, doc_id=context[n - 1].doc_id,
+                                 page_start=context[n - 1].page_start,
+                                 page_end=context[n - 1].page_end,
+                                 heading_path=context[n - 1].heading_path) for n in cited]
+    if invented:
+        answer.warnings.append(f"removed citations to passages that do not exist: {invented}")
+        log.warning("the model cited passages that do not exist: %s", invented)
+    if not cited:
+        answer.warnings.append("the answer cites no passage")
+    return answer
+
+
+def _context(hits: Sequence[SearchHit], min_score: float | None,
+             max_chars: int) -> list[SearchHit]:
+    """The hits worth answering from, best first, within the character budget."""
+    kept, used = [], 0
+    for hit in hits:
+        if min_score is not None and hit.score < min_score:
+            continue
+        if kept and used + len(hit.text) > max_chars:
+            log.info("context budget reached: %d of %d passages used", len(kept), len(hits))
+            break
+        kept.append(hit)
+        used += len(hit.text)
+    return kept
+
+
+def user_prompt(question: str, context: Sequence[SearchHit]) -> str:
+    """The numbered passages, then the question."""
+    blocks = []
+    for n, hit in enumerate(context, 1):
+        header = citation(replace(hit, rank=n))
+        blocks.append(f"{header}\n{hit.text.strip()}")
+    return "Passages:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question.strip()}"
+
+
+def check_citations(text: str, passages: int) -> tuple[str, list[int], list[int]]:
+    """Keep only citations ``[n]`` with ``1 <= n <= passages``.
+
+    ``[1, 9]`` becomes ``[1]``; ``[9]`` alone is removed with its leading space.
+
+    Returns:
+        The cleaned text, cited numbers in order of first mention, invented numbers (sorted).
+    """
+    cited: dict[int, None] = {}
+    invented: set[int] = set()
+
+    def fix(match: re.Match) -> str:
+        numbers = [int(x) for x in re.split(r"[,;]", match.group(1))]
+        good = [n for n in numbers if 1 <= n <= passages]
+        invented.update(n for n in numbers if not 1 <= n <= passages)
+        cited.update(dict.fromkeys(good))
+        if not good:
+            return ""
+        lead = " " if match.group(0).startswith(" ") else ""
+        return lead + "[" + ", ".join(str(n) for n in good) + "]"
+
+    return _CITE.sub(fix, text), list(cited), sorted(invented)
+
+
+def build_chat_client(settings) -> ChatModel:
+    """The configured chat model (``KBSYNC_LLM_*``).
+
+    Raises:
+        UsageError: no chat model is configured.
+    """
+    try:
+        from kbsync import llm
+    except ImportError as exc:  # the LLM module is optional in older checkouts
+        raise UsageError("this version has no chat model support (kbsync.llm)") from exc
+    return llm.ChatClient.from_settings(settings)

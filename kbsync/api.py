@@ -1,0 +1,330 @@
+"""A small typed Python API for agent frameworks: add_text, search, ask, stats, delete.
+
+Two ways to use it::
+
+    from kbsync import api
+    api.add_text("Tessera keys rotate every 90 days.", "notes/keys", namespace="agent")
+    hits = api.search("key rotation", namespace="agent")
+
+    with api.KnowledgeBase() as kb:          # keeps the store open across calls
+        kb.add_text(...); kb.ask(...)
+
+The module functions open the store for the call and close it again, so a
+long-lived agent never holds the embedded engine's folder (one handle per
+folder) between calls; the embedding model stays loaded for the process.
+Settings come from ``KBSYNC_*`` unless passed.
+
+``add_text`` is a document like any file: it goes through the same chunk ->
+embed -> upsert -> delete stale -> commit state path, under the same write
+lock, with the same incremental rule (same text and same settings fingerprint
+= unchanged, nothing embedded). Its state record has root ``<api>``, so a
+full-mode ingest of a directory root (named after the directory unless
+``NAME=PATH`` says otherwise) never deletes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kbsync.errors import EmbeddingOutage, EmptyDocument, UsageError
+from kbsync.lock import lock_path, write_lock
+from kbsync.models import DocStatus, Document, PlanAction, SourceFile
+from kbsync.settings import Settings
+from kbsync.state import PlanItem
+from kbsync.store.base import Filter
+
+log = logging.getLogger(__name__)
+
+API_ROOT = "<api>"
+AddStatus = Literal["added", "updated", "unchanged", "healed"]
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What :func:`add_text` did.
+
+    ``status`` is ``added`` (new doc_id), ``updated`` (text or settings changed),
+    ``unchanged`` (nothing embedded or written) or ``healed`` (unchanged text
+    whose zero-vector chunks were embedded again).
+    """
+
+    doc_id: str
+    namespace: str
+    status: AddStatus
+    chunks: int
+    embeddings_computed: int
+    embeddings_cached: int
+    embeddings_failed: int
+    content_hash: str
+    partial: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What :func:`delete` removed (``deleted`` is False when the doc_id was unknown)."""
+
+    doc_id: str
+    namespace: str
+    deleted: bool
+    chunks_removed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """The contents of the knowledge base (same data as ``kbsync stats --json``)."""
+
+    collection: str
+    embedding: dict[str, Any]
+    namespaces: dict[str, dict[str, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+class KnowledgeBase:
+    """The knowledge base behind one :class:`Settings`, opened on first use.
+
+    Not thread-safe; use one instance per thread, or the module functions.
+    Close it (or use ``with``) to release the store.
+    """
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self._runtime = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "KnowledgeBase":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the store handle (the embedding model stays cached for the process)."""
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
+    def _open(self, *, embed: bool):
+        from kbsync.runtime import Runtime
+
+        if self._runtime is None:
+            self._runtime = Runtime.open(self.settings, with_embedder=embed)
+        elif embed and self._runtime.service is None:
+            from kbsync.embed import build_embedding_service
+
+            self._runtime.service = build_embedding_service(self.settings)
+        return self._runtime
+
+    def _lock(self, namespace: str):
+        return write_lock(lock_path(self.settings.home, self.settings.collection, namespace),
+                          timeout_s=self.settings.lock_timeout_s)
+
+    # -- actions -----------------------------------------------------------------------------
+    def add_text(self, text: str, doc_id: str, namespace: str = "default", *,
+                 title: str | None = None) -> AddResult:
+        """Store ``text`` as document ``doc_id`` of ``namespace`` (replacing an older text).
+
+        Raises:
+            UsageError: blank text, doc_id or namespace.
+            EmptyDocument: the text chunks to nothing.
+            EmbeddingOutage: every chunk failed to embed (the previous version stays).
+            LockHeld: an ingest holds the write lock past ``lock_timeout_s``.
+            KbsyncError: a store failure (the previous version stays).
+        """
+        _check_id("doc_id", doc_id)
+        _check_id("namespace", namespace)
+        if not text.strip():
+            raise UsageError("text is empty")
+        from kbsync.pipeline import DocWork, chunk_stage, embed_stage
+        from kbsync.sync import heal_document, write_document
+
+        runtime = self._open(embed=True)
+        runtime.ensure_collection()
+        data = text.encode("utf-8")
+        source = SourceFile(doc_id=doc_id, root=API_ROOT, path=Path(doc_id), rel_path=doc_id,
+                            size=len(data), mtime_ns=0,
+                            content_hash=hashlib.sha256(data).hexdigest())
+        run_id = f"api-{uuid.uuid4()}"
+        with self._lock(namespace):
+            previous = runtime.states.get(namespace, doc_id)
+            action = _action(previous, source.content_hash, runtime.fingerprint)
+            if action is PlanAction.UNCHANGED:
+                return _result(source, namespace, "unchanged", previous.chunk_count,
+                               partial=False)
+            if action is PlanAction.HEAL:
+                state, outcome = heal_document(
+                    source, previous, store=runtime.store, states=runtime.states,
+                    service=runtime.service, collection=runtime.collection,
+                    namespace=namespace, run_id=run_id)
+                return _result(source, namespace, "healed", state.chunk_count, outcome=outcome,
+                               partial=state.status is DocStatus.PARTIAL)
+            doc_title = title or _title(text, doc_id)
+            work = DocWork(item=PlanItem(action, source, previous), title=doc_title,
+                           source_type="text",
+                           document=Document(doc_id=doc_id, path=doc_id, markdown=text,
+                                             title=doc_title, source_type="text",
+                                             converter="api"))
+            chunked = chunk_stage([work], config=runtime.chunk_config)
+            if chunked.failures:
+                raise EmptyDocument(chunked.failures[0].message)
+            embedded = embed_stage(chunked.work, service=runtime.service)
+            if embedded.failures:
+                raise EmbeddingOutage(embedded.failures[0].message)
+            prepared = embedded.work[0].prepared
+            state = write_document(prepared, store=runtime.store, states=runtime.states,
+                                   collection=runtime.collection, namespace=namespace,
+                                   fingerprint=runtime.fingerprint, run_id=run_id)
+        counters = embedded.counters
+        return AddResult(doc_id=doc_id, namespace=namespace,
+                         status="added" if action is PlanAction.NEW else "updated",
+                         chunks=state.chunk_count,
+                         embeddings_computed=counters["embeddings_computed"],
+                         embeddings_cached=counters["embeddings_cached"],
+                         embeddings_failed=counters["embeddings_failed"],
+                         content_hash=source.content_hash or "",
+                         partial=state.status is DocStatus.PARTIAL)
+
+    def search(self, query: str, namespace: str = "default", *, k: int = 5,
+               min_score: float | None = None, **options: Any):
+        """Search one namespace; ``options`` go to :func:`kbsync.search.search` (mode, mqe...).
+
+        Returns:
+            :class:`kbsync.search.SearchResult`.
+        """
+        from kbsync.search import search
+
+        runtime = self._open(embed=True)
+        return search(query, store=runtime.store, service=runtime.service,
+                      collection=runtime.collection, namespace=namespace, k=k,
+                      min_score=min_score, **options)
+
+    def ask(self, question: str, namespace: str = "default", *, k: int = 5,
+            min_score: float | None = None, llm=None):
+        """Answer from the namespace's best chunks with ``[n]`` citations.
+
+        Args:
+            min_score: relevance threshold; ``None`` uses :data:`kbsync.answer.DEFAULT_MIN_SCORE`.
+            llm: a chat model; default: the configured ``KBSYNC_LLM_*`` one.
+        Returns:
+            :class:`kbsync.answer.Answer`.
+        """
+        from kbsync.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
+
+        model = llm if llm is not None else build_chat_client(self.settings)
+        runtime = self._open(embed=True)
+        return ask(question, store=runtime.store, service=runtime.service,
+                   collection=runtime.collection, llm=model, namespace=namespace, k=k,
+                   min_score=DEFAULT_MIN_SCORE if min_score is None else min_score)
+
+    def stats(self, namespace: str | None = None) -> Stats:
+        """Documents, chunks and failed embeddings per namespace (loads no model)."""
+        from kbsync.stats import collect_stats
+
+        runtime = self._open(embed=False)
+        return Stats(**collect_stats(runtime.store, self.settings, namespace))
+
+    def delete(self, doc_id: str, namespace: str = "default") -> DeleteResult:
+        """Remove one document (points, then state record) under the write lock.
+
+        A file's document comes back with the next ingest of its root while the
+        file exists; this is meant for texts added with :meth:`add_text`.
+        """
+        _check_id("doc_id", doc_id)
+        _check_id("namespace", namespace)
+        from kbsync.sync import delete_documents
+
+        runtime = self._open(embed=False)
+        with self._lock(namespace):
+            previous = runtime.states.get(namespace, doc_id)
+            chunks = 0
+            if runtime.store.collection_dimension(runtime.collection) is not None:
+                chunks = runtime.store.count(runtime.collection,
+                                             Filter.where(namespace=namespace, doc_id=doc_id))
+            if previous is None and chunks == 0:
+                return DeleteResult(doc_id, namespace, deleted=False, chunks_removed=0)
+            delete_documents([doc_id], store=runtime.store, states=runtime.states,
+                             collection=runtime.collection, namespace=namespace)
+        return DeleteResult(doc_id, namespace, deleted=True, chunks_removed=chunks)
+
+
+def _check_id(name: str, value: str) -> None:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise UsageError(f"{name} must be a non-blank string without surrounding spaces, "
+                         f"got {value!r}")
+
+
+def _action(previous, content_hash: str | None, fingerprint: str) -> PlanAction:
+    """The plan rule of :func:`kbsync.state.plan_files`, for a text whose hash is known."""
+    if previous is None:
+        return PlanAction.NEW
+    if previous.fingerprint == fingerprint and previous.content_hash == content_hash:
+        return PlanAction.HEAL if previous.status is DocStatus.PARTIAL else PlanAction.UNCHANGED
+    return PlanAction.CHANGED
+
+
+def _result(source: SourceFile, namespace: str, status: AddStatus, chunks: int, *,
+            partial: bool, outcome=None) -> AddResult:
+    return AddResult(doc_id=source.doc_id, namespace=namespace, status=status, chunks=chunks,
+                     embeddings_computed=getattr(outcome, "computed", 0),
+                     embeddings_cached=getattr(outcome, "cached", 0),
+                     embeddings_failed=getattr(outcome, "failed_count", 0),
+                     content_hash=source.content_hash or "", partial=partial)
+
+
+def _title(text: str, doc_id: str) -> str:
+    """The first Markdown heading, else the first line (80 characters at most), else doc_id."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("#"):
+            return line.lstrip("#").strip()[:80] or doc_id
+    return lines[0][:80] if lines else doc_id
+
+
+# -- module functions: one short-lived KnowledgeBase per call ---------------------------------
+def add_text(text: str, doc_id: str, namespace: str = "default", *,
+             settings: Settings | None = None, title: str | None = None) -> AddResult:
+    """See :meth:`KnowledgeBase.add_text`."""
+    with KnowledgeBase(settings) as kb:
+        return kb.add_text(text, doc_id, namespace, title=title)
+
+
+def search(query: str, namespace: str = "default", *, k: int = 5,
+           min_score: float | None = None, settings: Settings | None = None, **options: Any):
+    """See :meth:`KnowledgeBase.search`."""
+    with KnowledgeBase(settings) as kb:
+        return kb.search(query, namespace, k=k, min_score=min_score, **options)
+
+
+def ask(question: str, namespace: str = "default", *, k: int = 5,
+        min_score: float | None = None, llm=None, settings: Settings | None = None):
+    """See :meth:`KnowledgeBase.ask`."""
+    with KnowledgeBase(settings) as kb:
+        return kb.ask(question, namespace, k=k, min_score=min_score, llm=llm)
+
+
+def stats(namespace: str | None = None, *, settings: Settings | None = None) -> Stats:
+    """See :meth:`KnowledgeBase.stats`."""
+    with KnowledgeBase(settings) as kb:
+        return kb.stats(namespace)
+
+
+def delete(doc_id: str, namespace: str = "default", *,
+           settings: Settings | None = None) -> DeleteResult:
+    """See :meth:`KnowledgeBase.delete`."""
+    with KnowledgeBase(settings) as kb:
+        return kb.delete(doc_id, namespace)

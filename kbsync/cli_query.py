@@ -1,0 +1,166 @@
+"""The ``ask`` and ``eval`` subcommands of ``kbsync`` (wired in by :mod:`kbsync.cli`).
+
+``kbsync ask`` runs in-process (no Prefect). ``kbsync eval`` runs the
+``evaluate`` flow, like ``kbsync ingest`` runs ``ingest``, and exits 3 when the
+regression gate trips, printing the numbers on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import nullcontext
+
+from kbsync.errors import KbsyncError
+
+
+def _k(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError("must be between 1 and 100")
+    return value
+
+
+def _margin(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def register(sub) -> None:
+    """Add ``ask`` and ``eval`` to the ``kbsync`` subparsers."""
+    ask = sub.add_parser("ask", help="answer a question from the knowledge base, with citations "
+                                     "(needs KBSYNC_LLM_*)")
+    ask.add_argument("question", metavar="QUESTION")
+    ask.add_argument("--namespace", default="default")
+    ask.add_argument("-k", type=_k, default=5, help="chunks retrieved (default 5)")
+    ask.add_argument("--min-score", type=float, default=None, metavar="S",
+                     help="ignore chunks scoring below S; nothing above it = no answer "
+                          "(default 0.3)")
+    ask.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+    ev = sub.add_parser("eval", help="evaluate retrieval on labelled queries (Prefect flow)",
+                        epilog="Exit 3 when nDCG@10 of a mode dropped by more than --max-drop "
+                               "against the last passing run in --report-dir.")
+    ev.add_argument("queries_file", metavar="QUERIES_FILE",
+                    help="JSONL {query, relevant[]} or CSV query,relevant (| between doc_ids)")
+    ev.add_argument("--namespace", default="default")
+    ev.add_argument("-k", type=_k, default=10, help="documents ranked per query (default 10)")
+    ev.add_argument("--modes", default="dense", metavar="M1,M2",
+                    help="comma-separated: dense, hybrid, with +mqeN / +hyde (default dense)")
+    ev.add_argument("--report-dir", default="reports/eval", metavar="DIR",
+                    help="reports and history (default reports/eval)")
+    ev.add_argument("--max-drop", type=_margin, default=0.02, metavar="M",
+                    help="allowed nDCG@10 drop per mode before failing (default 0.02)")
+    ev.add_argument("--accept", action="store_true",
+                    help="record a drop as the new baseline instead of failing")
+    ev.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def run_ask(args, settings) -> int:
+    """``kbsync ask``: exit 0 also when nothing relevant was found (``answered`` is false)."""
+    from kbsync.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
+    from kbsync.runtime import Runtime
+
+    llm = build_chat_client(settings)  # a missing configuration fails before any search
+    runtime = Runtime.open(settings)
+    try:
+        answer = ask(args.question, store=runtime.store, service=runtime.service,
+                     collection=settings.collection, llm=llm, namespace=args.namespace,
+                     k=args.k, min_score=DEFAULT_MIN_SCORE if args.min_score is None
+                     else args.min_score)
+    finally:
+        runtime.close()
+    if args.json:
+        _emit(answer.to_dict())
+    else:
+        _print_answer(answer)
+    return 0
+
+
+def run_eval(args, settings) -> int:
+    """``kbsync eval``: 0 ok, 2 bad arguments or query file, 3 regression."""
+    from kbsync.evaluate import load_queries, parse_modes
+
+    modes = [m for m in args.modes.split(",") if m.strip()]
+    parse_modes(modes)  # usage errors (unknown mode, bad file) before any run exists
+    load_queries(args.queries_file)
+    from flows.evaluate import evaluate  # imported late: Prefect's import costs seconds
+
+    from kbsync.console import err
+
+    with err.status("kbsync: evaluating (Prefect flow running)...") if not args.json \
+            else nullcontext():
+        state = evaluate(queries_file=args.queries_file, namespace=args.namespace, k=args.k,
+                         modes=modes, report_dir=args.report_dir,
+                         regression_margin=args.max_drop, accept_regression=args.accept,
+                         return_state=True)
+    data = state.result(raise_on_failure=False)
+    if not isinstance(data, dict):
+        if isinstance(data, KbsyncError):
+            raise data
+        raise KbsyncError(f"run failed: {data}")
+    if args.json:
+        _emit(data)
+    else:
+        _print_eval(data)
+    regression = data.get("regression", {})
+    if not regression.get("passed", True) and not regression.get("accepted"):
+        from kbsync.eval_report import gate_message
+
+        print(f"kbsync: retrieval regression against run {regression.get('baseline')}:\n"
+              f"{gate_message(regression)}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _emit(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _print_answer(answer) -> None:
+    from kbsync.console import out
+
+    out.print(answer.answer, highlight=False, markup=False)
+    if answer.citations:
+        out.print("")
+        out.print("[bold]Sources[/bold]")
+    for c in answer.citations:
+        pages = ""
+        if c.page_start is not None:
+            pages = (f", p. {c.page_start}" if c.page_end in (None, c.page_start)
+                     else f", p. {c.page_start}-{c.page_end}")
+        heading = f', "{c.heading_path}"' if c.heading_path else ""
+        out.print(f"[{c.n}] {c.doc_id}{pages}{heading}", highlight=False, markup=False)
+    for warning in answer.warnings:
+        out.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+
+
+def _print_eval(data: dict) -> None:
+    from rich.table import Table
+
+    from kbsync.console import out
+
+    table = Table(title=f"kbsync eval: namespace {data['namespace']}, {data['queries']} queries, "
+                        f"k={data['k']}")
+    columns = ("hit_rate", "mrr", "ndcg@10", "recall@k", "raw_count_mean", "kept_count_mean",
+               "latency_ms_p50", "latency_ms_p95")
+    table.add_column("mode")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for mode, metrics in data["modes"].items():
+        table.add_row(mode, *("-" if metrics[c] is None else f"{metrics[c]:.4g}"
+                              for c in columns))
+    out.print(table)
+    for warning in data.get("warnings", []):
+        out.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+    report = data.get("report", {})
+    if report:
+        out.print(f"report: {report.get('summary_md')}", highlight=False)
+
+
+COMMANDS = {"ask": run_ask, "eval": run_eval}
+"""Subcommand name -> handler ``(args, settings) -> exit code``, merged into cli.main's table."""

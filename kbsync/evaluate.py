@@ -1,0 +1,453 @@
+"""Retrieval evaluation over a labelled query set: parse, search per mode, score, aggregate.
+
+Plain core code (no Prefect): ``flows/evaluate.py`` arranges these functions
+as tasks and :func:`evaluate_plain` chains them for tests and scripts.
+
+A query file holds one labelled query per line, JSONL
+(``{"query": "...", "relevant": ["root/path.md", ...]}``) or CSV with a
+``query,relevant`` header and ``|``-separated doc_ids. Every bad line is
+reported with its number in one :class:`QueryFileError`; nothing is skipped
+silently. A query with an empty ``relevant`` list is kept: it is searched and
+counted (raw/kept counts, latency) but left out of the quality means.
+
+Modes are ``dense`` and ``hybrid`` (when :func:`kbsync.search.search` supports
+them), optionally with query expansion: ``dense+mqe3``, ``hybrid+hyde``,
+``dense+mqe2+hyde``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import inspect
+import io
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from kbsync import eval_metrics as m
+from kbsync.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+NDCG_CUTOFF = 10
+CHUNKS_PER_DOC = 3  # chunks fetched per ranked document, so k distinct documents surface
+MAX_SEARCH_K = 100  # kbsync.search.search refuses more
+DEFAULT_MQE = 3
+METRIC_KEYS = ("hit_rate", "mrr", "ndcg@10", "recall@k")
+
+
+class QueryFileError(UsageError):
+    """A query file with bad lines; ``problems`` lists ``(line number, message)``."""
+
+    def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
+        self.path = path
+        self.problems = problems
+        shown = "; ".join(f"line {n}: {msg}" if n else msg for n, msg in problems[:20])
+        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
+        super().__init__(f"{path}: {len(problems)} bad line(s): {shown}{more}")
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    """One labelled query; ``line`` is its 1-based line number in the file."""
+
+    line: int
+    query: str
+    relevant: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A retrieval configuration to evaluate, parsed from ``dense``, ``hybrid+mqe3``, ...
+
+    Attributes:
+        name: the spec as given (the key in ``modes`` of the result).
+        mode: the search mode (``dense`` or ``hybrid``).
+        mqe: number of LLM rephrasings (0 = none).
+        hyde: add an LLM-written hypothetical answer passage.
+    """
+
+    name: str
+    mode: str = "dense"
+    mqe: int = 0
+    hyde: bool = False
+
+    def search_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`kbsync.search.search` (only the non-default ones)."""
+        kwargs: dict[str, Any] = {}
+        if self.mode != "dense":
+            kwargs["mode"] = self.mode
+        if self.mqe:
+            kwargs["mqe"] = self.mqe
+        if self.hyde:
+            kwargs["hyde"] = True
+        return kwargs
+
+    @property
+    def needs_llm(self) -> bool:
+        """True when the spec asks for query expansion."""
+        return bool(self.mqe or self.hyde)
+
+
+@dataclass
+class QueryOutcome:
+    """One query under one mode: a row of the per-query CSV."""
+
+    mode: str
+    line: int
+    query: str
+    relevant: list[str]
+    top_docs: list[str]
+    first_relevant_rank: int | None
+    hit: float | None
+    mrr: float | None
+    ndcg10: float | None
+    recall: float | None
+    raw_count: int
+    kept_count: int
+    latency_ms: float
+    notes: str = ""
+
+    def to_row(self) -> dict[str, Any]:
+        """Flat form for the CSV and the table artifact (lists joined with ``|``)."""
+        row = asdict(self)
+        row["relevant"] = "|".join(self.relevant)
+        row["top_docs"] = "|".join(self.top_docs)
+        return row
+
+
+# --- query files -------------------------------------------------------------------------------
+def load_queries(path: str | Path) -> list[EvalQuery]:
+    """Parse a JSONL or CSV query file (format from the extension, else sniffed).
+
+    Raises:
+        UsageError: the file does not exist or cannot be read.
+        QueryFileError: bad lines (all of them, with numbers), or no query at all.
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise UsageError(f"query file {str(path)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise QueryFileError(str(path), [(line, "not valid UTF-8")]) from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read query file {str(path)!r}: {exc.strerror or exc}") from exc
+    suffix = path.suffix.lower()
+    is_csv = suffix in (".csv", ".tsv") or (
+        suffix not in (".jsonl", ".ndjson", ".json") and not text.lstrip().startswith("{"))
+    queries, problems = (_parse_csv(text) if is_csv else _parse_jsonl(text))
+    if not queries and not problems:
+        problems.append((0, "no queries in file"))
+    if problems:
+        raise QueryFileError(str(path), problems)
+    return queries
+
+
+def _parse_jsonl(text: str) -> tuple[list[EvalQuery], list[tuple[int, str]]]:
+    queries, problems = [], []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            problems.append((number, f"not valid JSON ({exc.msg})"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append((number, "expected a JSON object"))
+            continue
+        _check(number, obj.get("query"), obj.get("relevant", _MISSING), queries, problems)
+    return queries, problems
+
+
+def _parse_csv(text: str) -> tuple[list[EvalQuery], list[tuple[int, str]]]:
+    queries: list[EvalQuery] = []
+    problems: list[tuple[int, str]] = []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header_line = 0
+    header: list[str] | None = None
+    for row in reader:
+        if not any(cell.strip() for cell in row):
+            continue
+        if header is None:
+            header_line, header = reader.line_num, [c.strip().lower() for c in row]
+            if "query" not in header or "relevant" not in header:
+                problems.append((header_line, "CSV header must name the columns query,relevant"))
+                return queries, problems
+            continue
+        # A quoted field may span lines: report the line the record starts on.
+        number = reader.line_num - sum(cell.count("\n") for cell in row)
+        if len(row) != len(header):
+            problems.append((number, f"expected {len(header)} fields, got {len(row)}"))
+            continue
+        cells = dict(zip(header, row))
+        relevant = [d.strip() for d in cells["relevant"].split("|") if d.strip()]
+        _check(number, cells["query"], relevant, queries, problems)
+    if header is None:
+        problems.append((0, "empty CSV file (expected a query,relevant header)"))
+    return queries, problems
+
+
+_MISSING = object()
+
+
+def _check(number: int, query: Any, relevant: Any, out: list[EvalQuery],
+           problems: list[tuple[int, str]]) -> None:
+    if not isinstance(query, str) or not query.strip():
+        problems.append((number, "'query' must be a non-empty string"))
+        return
+    if relevant is _MISSING:
+        problems.append((number, "'relevant' is missing (use [] for a query with no answer)"))
+        return
+    if not isinstance(relevant, list) or not all(isinstance(d, str) and d.strip()
+                                                 for d in relevant):
+        problems.append((number, "'relevant' must be a list of doc_id strings"))
+        return
+    unique = tuple(dict.fromkeys(d.strip() for d in relevant))
+    out.append(EvalQuery(line=number, query=query.strip(), relevant=unique))
+
+
+def queries_hash(queries: Sequence[EvalQuery]) -> str:
+    """Identity of a query set (text and labels, not line numbers): reports compare only
+    runs over the same set."""
+    data = json.dumps([[q.query, sorted(q.relevant)] for q in queries], ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:16]
+
+
+# --- modes --------------------------------------------------------------------------------------
+_SPEC = re.compile(r"^(?P<mode>[a-z]+)(?P<opts>(\+(mqe\d*|hyde))*)$")
+
+
+def supported_search() -> tuple[set[str], set[str]]:
+    """The search modes and expansion options :func:`kbsync.search.search` accepts now."""
+    from kbsync import search as search_module
+
+    params = inspect.signature(search_module.search).parameters
+    modes = {"dense"}
+    if "mode" in params:
+        enum = getattr(search_module, "SearchMode", None)
+        modes |= {str(getattr(x, "value", x)) for x in enum} if enum is not None else {"hybrid"}
+    options = {opt for opt in ("mqe", "hyde") if opt in params}
+    return modes, options
+
+
+def parse_modes(names: Sequence[str]) -> list[ModeSpec]:
+    """Parse and check mode specs.
+
+    Raises:
+        UsageError: empty list, duplicates, bad syntax, or a mode/option the
+            search function does not support (yet).
+    """
+    cleaned = [n.strip().lower() for n in names if n and n.strip()]
+    if not cleaned:
+        raise UsageError("no retrieval mode given (e.g. --modes dense,hybrid)")
+    if len(set(cleaned)) != len(cleaned):
+        raise UsageError(f"a mode is listed twice in {cleaned}")
+    modes, options = supported_search()
+    specs = []
+    for name in cleaned:
+        match = _SPEC.match(name)
+        if not match:
+            raise UsageError(f"bad mode {name!r}: expected MODE[+mqeN][+hyde], e.g. dense+mqe3")
+        if match["mode"] not in modes:
+            raise UsageError(f"unknown search mode {match['mode']!r} in {name!r}; "
+                             f"this version supports: {', '.join(sorted(modes))}")
+        mqe, hyde = 0, False
+        for opt in filter(None, match["opts"].split("+")):
+            key = "hyde" if opt == "hyde" else "mqe"
+            if key not in options:
+                raise UsageError(f"{name!r}: search does not support {key} in this version")
+            if key == "hyde":
+                hyde = True
+            else:
+                mqe = int(opt[3:] or DEFAULT_MQE)
+                if not 1 <= mqe <= 10:
+                    raise UsageError(f"{name!r}: mqe takes 1 to 10 rephrasings")
+        specs.append(ModeSpec(name=name, mode=match["mode"], mqe=mqe, hyde=hyde))
+    return specs
+
+
+def search_depth(k: int) -> int:
+    """Chunks to request so that ``max(k, 10)`` distinct documents can be ranked."""
+    return min(MAX_SEARCH_K, max(k, NDCG_CUTOFF) * CHUNKS_PER_DOC)
+
+
+# --- running ------------------------------------------------------------------------------------
+def check_labels(queries: Sequence[EvalQuery], known: set[str], namespace: str) -> list[str]:
+    """Warnings for labelled doc_ids that the namespace does not hold (typos, missing ingest).
+
+    Raises:
+        UsageError: the namespace holds no document at all.
+    """
+    if not known:
+        raise UsageError(f"namespace {namespace!r} holds no documents: run `kbsync ingest` "
+                         "first, or pass the namespace the queries were written for")
+    warnings = []
+    for q in queries:
+        for doc_id in q.relevant:
+            if doc_id not in known:
+                warnings.append(f"line {q.line}: relevant doc_id {doc_id!r} is not in "
+                                f"namespace {namespace!r}")
+    return warnings
+
+
+def run_mode(
+    queries: Sequence[EvalQuery], spec: ModeSpec, *, runtime, namespace: str, k: int,
+    llm: object | None = None, warm_up: bool = True,
+) -> list[QueryOutcome]:
+    """Search every query under one mode and score the document ranking.
+
+    Documents are ranked by their best chunk among ``search_depth(k)`` chunks.
+    One unrecorded warm-up search runs first, so model loading and caches do
+    not land in the first query's latency.
+    """
+    from kbsync.search import search
+
+    kwargs = spec.search_kwargs()
+    if llm is not None and "llm" in inspect.signature(search).parameters:
+        kwargs["llm"] = llm
+    depth = search_depth(k)
+
+    def run(text: str):
+        return search(text, store=runtime.store, service=runtime.service,
+                      collection=runtime.collection, namespace=namespace, k=depth, **kwargs)
+
+    if warm_up and queries:
+        run(queries[0].query)
+    outcomes = []
+    for q in queries:
+        result = run(q.query)
+        relevant = set(q.relevant)
+        ranked = m.rank_documents(result.results, relevant)
+        # search may report a fallback (e.g. the LLM for MQE failed): keep it per query.
+        notes = "; ".join(str(n) for n in (getattr(result, "warnings", None) or []) if n)
+        outcomes.append(QueryOutcome(
+            mode=spec.name, line=q.line, query=q.query, relevant=list(q.relevant),
+            top_docs=ranked[:k], first_relevant_rank=m.first_relevant_rank(ranked, relevant),
+            hit=m.hit_at_k(ranked, relevant, k), mrr=m.mrr_at_k(ranked, relevant, k),
+            ndcg10=m.ndcg_at_k(ranked, relevant, NDCG_CUTOFF),
+            recall=m.recall_at_k(ranked, relevant, k), raw_count=result.raw_count,
+            kept_count=result.kept_count, latency_ms=float(result.latency_ms), notes=notes))
+    return outcomes
+
+
+def aggregate(outcomes: Sequence[QueryOutcome]) -> dict[str, dict[str, Any]]:
+    """Per-mode means (quality over labelled queries only) and latency percentiles.
+
+    Returns:
+        ``{mode: {hit_rate, mrr, ndcg@10, recall@k, raw_count_mean, kept_count_mean,
+        latency_ms_p50, latency_ms_p95, queries, scored}}`` in the order modes first appear.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame([asdict(o) for o in outcomes])
+    result: dict[str, dict[str, Any]] = {}
+    if frame.empty:
+        return result
+    for mode in dict.fromkeys(frame["mode"]):
+        part = frame[frame["mode"] == mode]
+        scored = part.dropna(subset=["hit"])
+
+        def mean(column: str, data=scored) -> float | None:
+            value = pd.to_numeric(data[column], errors="coerce").mean()
+            return None if pd.isna(value) else round(float(value), 4)
+
+        result[mode] = {
+            "hit_rate": mean("hit"), "mrr": mean("mrr"), "ndcg@10": mean("ndcg10"),
+            "recall@k": mean("recall"),
+            "raw_count_mean": mean("raw_count", part), "kept_count_mean": mean("kept_count", part),
+            "latency_ms_p50": round(float(part["latency_ms"].quantile(0.5)), 2),
+            "latency_ms_p95": round(float(part["latency_ms"].quantile(0.95)), 2),
+            "queries": int(len(part)), "scored": int(len(scored)),
+        }
+    return result
+
+
+@dataclass
+class EvalResult:
+    """The JSON contract of ``kbsync eval --json`` (plus the rows behind it).
+
+    Invariant: ``modes`` has one entry per requested mode, in request order.
+    """
+
+    queries: int
+    k: int
+    namespace: str
+    modes: dict[str, dict[str, Any]]
+    report: dict[str, Any] = field(default_factory=dict)
+    regression: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    embedding: dict[str, Any] = field(default_factory=dict)
+    queries_hash: str = ""
+    outcomes: list[QueryOutcome] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (per-query rows are in the CSV, not here)."""
+        data = asdict(self)
+        data.pop("outcomes")
+        return data
+
+    @property
+    def gate_ok(self) -> bool:
+        """False when the regression gate tripped and the drop was not accepted."""
+        return bool(self.regression.get("passed", True) or self.regression.get("accepted"))
+
+
+def evaluate_plain(
+    queries_file: str | Path, *, runtime, namespace: str = "default", k: int = 10,
+    modes: Sequence[str] = ("dense",), report_dir: str | Path = "reports/eval",
+    margin: float = 0.02, accept: bool = False, llm: object | None = None,
+) -> EvalResult:
+    """The whole evaluation without Prefect: what the ``evaluate`` flow does, in one call.
+
+    Raises:
+        UsageError: bad modes, k out of range, namespace empty, or bad query file.
+    """
+    from kbsync.eval_report import write_report
+
+    specs = parse_modes(modes)
+    check_k(k)
+    queries = load_queries(queries_file)
+    warnings = check_labels(queries, set(runtime.states.load(namespace)), namespace)
+    outcomes = [o for spec in specs
+                for o in run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k,
+                                  llm=llm)]
+    result = build_result(queries, outcomes, k=k, namespace=namespace, warnings=warnings,
+                          embedding=runtime.embedding_info())
+    write_report(result, report_dir, margin=margin, accept=accept)
+    return result
+
+
+def llm_for(settings) -> object:
+    """The chat model used by ``+mqe``/``+hyde`` modes (see :func:`kbsync.answer.build_chat_client`)."""
+    from kbsync.answer import build_chat_client
+
+    return build_chat_client(settings)
+
+
+def check_k(k: int) -> None:
+    """k counts ranked documents: 1..100."""
+    if not 1 <= k <= MAX_SEARCH_K:
+        raise UsageError(f"k must be between 1 and {MAX_SEARCH_K}, got {k}")
+
+
+def build_result(queries: Sequence[EvalQuery], outcomes: Sequence[QueryOutcome], *, k: int,
+                 namespace: str, warnings: Sequence[str] = (),
+                 embedding: dict | None = None) -> EvalResult:
+    """Aggregate outcomes into an :class:`EvalResult` (report and gate not filled yet)."""
+    for warning in warnings:
+        log.warning("%s", warning)
+    unscored = sum(1 for q in queries if not q.relevant)
+    notes = list(warnings)
+    if unscored:
+        notes.append(f"{unscored} queries have no relevant documents: counted for raw/kept "
+                     "and latency, left out of the quality means")
+    return EvalResult(queries=len(queries), k=k, namespace=namespace, modes=aggregate(outcomes),
+                      warnings=notes, embedding=dict(embedding or {}),
+                      queries_hash=queries_hash(queries), outcomes=list(outcomes))

@@ -1,0 +1,177 @@
+"""Translation helpers of the edge adapter: filters, persisted config, query requests.
+
+Split from ``edge.py`` so that module keeps to the shard lifecycle and locking.
+Everything here is pure translation (no shard handle, no lock), errors included:
+the binding raises bare ``Exception`` with a message, translated by message.
+
+Facts about qdrant-edge-py 0.9.0 relied on here (checked by the conformance
+suites in ``tests/store``):
+
+- ``MatchValue(True)`` is converted to the *integer* 1 (a Python bool is an
+  int), so a bool never matches; a ``numpy.bool_`` is converted to a bool;
+- ``<folder>/edge_config.json`` holds ``vectors`` and ``sparse_vectors``
+  (``{"sparse": {"modifier": "idf"}}``) and is rewritten at once by
+  ``UpdateOperation.create_sparse_vector``;
+- ``Fusion.Rrf(k)`` scores ``sum(1 / (k + rank))`` with rank counted from 0,
+  as qdrant-client and the server do, and a request's top-level filter is
+  also given to each prefetch here so that no engine can fuse unfiltered
+  candidates.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import qdrant_edge as qe
+
+from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
+from kbsync.store import _convert as cv
+from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Match, Scalar, ScoredPoint, SparseVec
+
+CONFIG_FILE = "edge_config.json"
+
+
+def translate(exc: Exception, action: str, name: str) -> KbsyncError:
+    """Turn a binding exception (bare ``Exception`` + message) into a kbsync error."""
+    msg = str(exc)
+    text = f"edge store: {action} on collection {name!r} failed: {msg}"
+    low = msg.lower()
+    if "wouldblock" in low or "temporarily unavailable" in low or "locked" in low:
+        return StoreUnavailable(text)
+    if "dimension error" in low:
+        return DimensionMismatch(text)
+    return StoreError(text)
+
+
+@contextmanager
+def errors(action: str, name: str) -> Iterator[None]:
+    """Translate everything the binding raises; let our own errors through."""
+    try:
+        yield
+    except KbsyncError:
+        raise
+    except Exception as exc:  # the binding raises bare Exception/TypeError/ValueError
+        raise translate(exc, action, name) from exc
+
+
+def _match_value(value: Scalar) -> Any:
+    # See module docstring: only numpy.bool_ reaches the engine as a bool.
+    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
+
+
+def _condition(match: Match) -> Any:
+    """One kbsync Match as an edge condition."""
+    if match.any_of is None:
+        return qe.FieldCondition(key=match.key, match=_match_value(match.value))
+    values = list(match.any_of)
+    if cv.any_of_kind(values) != "mixed":
+        return qe.FieldCondition(key=match.key, match=qe.MatchAny(values))
+    # MatchAny takes only all-str or all-int lists: "one of" becomes OR of equalities.
+    return qe.Filter(should=[qe.FieldCondition(key=match.key, match=_match_value(v))
+                             for v in values])
+
+
+def to_edge_filter(flt: Filter | None) -> Any:
+    """Translate our filter into ``qdrant_edge.Filter`` (``None`` when empty)."""
+    flt = cv.check_filter(flt)
+    if cv.is_empty(flt):
+        return None
+    return qe.Filter(
+        must=[_condition(m) for m in flt.must] or None,
+        must_not=[_condition(m) for m in flt.must_not] or None,
+    )
+
+
+def read_config(folder: Path, name: str) -> tuple[int, bool]:
+    """``(dense dimension, has the IDF sparse vector)`` from the shard's persisted config.
+
+    Raises:
+        StoreError: no readable cosine ``DENSE`` vector, or a ``SPARSE`` vector
+            without the IDF modifier (BM25 scores would be meaningless).
+    """
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        params = config["vectors"][DENSE]
+        size, distance = int(params["size"]), params.get("distance")
+        sparse = (config.get("sparse_vectors") or {}).get(SPARSE)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StoreError(
+            f"edge store: collection {name!r} at {folder} has no readable dense vector "
+            f"{DENSE!r} in {CONFIG_FILE} (made by another tool or version?)"
+        ) from exc
+    if distance != "Cosine":
+        raise StoreError(f"edge store: collection {name!r} uses {distance} distance, not Cosine")
+    if sparse is not None and str((sparse or {}).get("modifier", "")).lower() != "idf":
+        raise StoreError(f"edge store: collection {name!r} has a sparse vector {SPARSE!r} "
+                         "without the IDF modifier (made by another tool?); re-create it")
+    return size, sparse is not None
+
+
+def collection_config(dimension: int, *, sparse: bool) -> Any:
+    """The ``EdgeConfig`` of a new collection."""
+    return qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        if sparse else None,
+    )
+
+
+def add_sparse_operation() -> Any:
+    """The update that adds the IDF sparse vector to an existing shard."""
+    return qe.UpdateOperation.create_sparse_vector(SPARSE, modifier=qe.Modifier.Idf)
+
+
+def edge_point(point: cv.ValidPoint) -> Any:
+    """A validated point as an edge point (the sparse vector only when non-empty)."""
+    vectors: dict[str, Any] = {DENSE: point.vector}
+    if point.sparse is not None:
+        vectors[SPARSE] = qe.SparseVector(point.sparse.indices, point.sparse.values)
+    return qe.Point(point.id, vectors, point.payload)
+
+
+def check_sparse_query(sparse: SparseVec) -> SparseVec:
+    """Validate a sparse query vector (see :func:`_convert.check_sparse`)."""
+    return cv.check_sparse(sparse, what="sparse query")
+
+
+def no_sparse_error(name: str) -> StoreError:
+    """The error for a sparse query on a collection made without ``sparse=True``."""
+    return StoreError(
+        f"edge store: collection {name!r} has no sparse vector {SPARSE!r} (made before hybrid "
+        "search existed): run `kbsync ingest` once, which adds it, then re-ingest with --force "
+        "so existing chunks get their BM25 vectors"
+    )
+
+
+def sparse_request(sparse: SparseVec, *, limit: int, edge_filter: Any) -> Any:
+    """A sparse-only query request."""
+    query = qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE)
+    return qe.QueryRequest(limit=limit, query=query, filter=edge_filter, with_payload=True,
+                           with_vector=False)
+
+
+def hybrid_request(dense: Sequence[float], sparse: SparseVec, *, limit: int,
+                   candidate_limit: int, edge_filter: Any) -> Any:
+    """Prefetch dense and sparse candidates, fuse them with RRF (``RRF_K``).
+
+    An empty sparse query matches nothing, so its prefetch is left out.
+    """
+    prefetches = [qe.Prefetch(limit=candidate_limit, query=qe.Query.Nearest(list(dense),
+                                                                           using=DENSE),
+                              filter=edge_filter)]
+    if sparse.indices:
+        prefetches.append(qe.Prefetch(
+            limit=candidate_limit, filter=edge_filter,
+            query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values),
+                                   using=SPARSE)))
+    return qe.QueryRequest(limit=limit, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K),
+                           filter=edge_filter, with_payload=True, with_vector=False)
+
+
+def to_scored(hits: Sequence[Any]) -> list[ScoredPoint]:
+    """Engine hits as kbsync scored points."""
+    return [ScoredPoint(str(h.id), float(h.score), h.payload or {}) for h in hits]

@@ -1,0 +1,63 @@
+"""The evaluation steps as Prefect tasks: thin wrappers over :mod:`kbsync.evaluate`.
+
+One task per retrieval mode, run one after the other so each mode's latency
+is measured without the others competing for the CPU. Searching writes
+nothing, so a retried task simply searches again.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NONE
+
+from kbsync import evaluate as ev
+from kbsync.eval_report import summary_markdown, table_rows, write_report
+from kbsync.report import artifact_key
+from kbsync.settings import Settings
+from tasks.ingest_tasks import _transient
+from tasks.resources import runtime_for
+
+COMMON = dict(cache_policy=NONE, persist_result=False)
+
+
+@task(name="load-queries", tags=["kbsync", "eval"], **COMMON)
+def load_queries(queries_file: str) -> list[ev.EvalQuery]:
+    """Parse the query file; every bad line is reported at once (QueryFileError)."""
+    return ev.load_queries(queries_file)
+
+
+@task(name="check-labels", tags=["kbsync", "eval"], retries=2, retry_delay_seconds=2,
+      retry_condition_fn=_transient, **COMMON)
+def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: str) -> list[str]:
+    """Warnings for labelled doc_ids the namespace lacks; fails when it holds nothing."""
+    runtime = runtime_for(settings)
+    return ev.check_labels(queries, set(runtime.states.load(namespace)), namespace)
+
+
+@task(name="search-mode", tags=["kbsync", "eval", "search"], retries=2, retry_delay_seconds=5,
+      retry_condition_fn=_transient, task_run_name="search-{spec.name}", **COMMON)
+def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settings, *,
+                namespace: str, k: int) -> list[ev.QueryOutcome]:
+    """Search and score every query under one mode."""
+    runtime = runtime_for(settings)
+    return ev.run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k,
+                       llm=ev.llm_for(settings) if spec.needs_llm else None)
+
+
+@task(name="write-report", tags=["kbsync", "eval"], **COMMON)
+def write_eval_report(result: ev.EvalResult, report_dir: str, *, margin: float,
+                      accept: bool) -> ev.EvalResult:
+    """Run the regression gate and write CSV, Markdown, chart, latest.json and history."""
+    return write_report(result, report_dir, margin=margin, accept=accept)
+
+
+@task(name="publish-eval", tags=["kbsync", "eval"], **COMMON)
+def publish_eval(result: ev.EvalResult) -> None:
+    """Table and Markdown artifacts under keys stable per namespace (history in the UI)."""
+    ns = result.namespace
+    create_table_artifact(key=artifact_key("kbsync-eval", ns), table=table_rows(result),
+                          description=f"kbsync retrieval metrics per mode, namespace {ns}")
+    create_markdown_artifact(key=artifact_key("kbsync-eval-summary", ns),
+                             markdown=summary_markdown(result),
+                             description=f"kbsync evaluation summary, namespace {ns}")

@@ -1,0 +1,90 @@
+"""SIGKILL ``kbsync ingest`` mid-run, re-run, and compare with a clean run.
+
+The invariant (STYLE.md, "be pessimistic about writes"): whatever instant the
+process dies, re-running converges to exactly the index a clean run builds —
+same point ids, same payloads, same state records, no duplicates, nothing missing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbtest import write_tree
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
+VOLATILE_STATE = ("run_id", "updated_at")
+
+
+def _share(root: Path, n: int = 300) -> None:
+    write_tree(root, {f"dir{i % 7}/doc{i:03d}.md":
+                      f"# Document {i}\n\n" + "\n\n".join(
+                          f"Paragraph {j} of document {i}: " + " ".join(
+                              f"word{(i * 31 + j * 7 + w) % 997}" for w in range(60))
+                          for j in range(4)) for i in range(n)})
+
+
+def _env(prefect_api: str, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
+    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash",
+               KBSYNC_CHUNK_TOKENS="120", KBSYNC_CHUNK_OVERLAP="20",
+               KBSYNC_FILES_PER_BATCH="16", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    return env
+
+
+def _ingest(env, share: Path, *, kill_after: float | None = None) -> tuple[int, float]:
+    started = time.monotonic()
+    proc = subprocess.Popen([KBSYNC, "ingest", str(share), "--json"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    if kill_after is not None:
+        try:
+            proc.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    code = proc.wait(timeout=600)
+    return code, time.monotonic() - started
+
+
+def _snapshot(home: Path) -> tuple[dict, dict]:
+    from kbsync.store.edge import EdgeStore
+
+    store = EdgeStore(home / "qdrant")
+    try:
+        points = {p.id: p.payload for p in store.scroll("kbsync")}
+        states = {p.payload["doc_id"]: {k: v for k, v in p.payload.items()
+                                        if k not in VOLATILE_STATE}
+                  for p in store.scroll("kbsync_state")}
+    finally:
+        store.close()
+    return points, states
+
+
+@pytest.mark.slow
+def test_sigkill_at_several_points_converges_to_the_clean_index(prefect_api, tmp_path):
+    share = tmp_path / "share"
+    _share(share)
+    clean_home, crash_home = tmp_path / "clean", tmp_path / "crash"
+    code, clean_s = _ingest(_env(prefect_api, clean_home), share)
+    assert code == 0
+    clean = _snapshot(clean_home)
+    assert len(clean[1]) == 300 and len(clean[0]) >= 300
+
+    env = _env(prefect_api, crash_home)
+    kills = 0
+    for fraction in (0.45, 0.6, 0.75, 0.9):
+        code, _ = _ingest(env, share, kill_after=clean_s * fraction)
+        kills += code == -signal.SIGKILL or code < 0
+    code, _ = _ingest(env, share)
+    assert code == 0
+    crashed = _snapshot(crash_home)
+    assert kills >= 1  # at least one run really died mid-way
+    assert crashed[0].keys() == clean[0].keys()  # no duplicates, nothing missing
+    assert crashed[0] == clean[0]
+    assert crashed[1] == clean[1]
