@@ -26,6 +26,18 @@ def lock_path(home: Path, collection: str, namespace: str) -> Path:
     return home / "locks" / f"{safe}.lock"
 
 
+def ingest_lock_path(settings, namespace: str) -> Path:
+    """The lock an ingest takes.
+
+    Against a Qdrant server two namespaces may be written at once, so the lock
+    is per (collection, namespace). The embedded engine admits one process per
+    store folder, so there one lock covers the whole store.
+    """
+    if settings.qdrant_url:
+        return lock_path(settings.home, settings.collection, namespace)
+    return lock_path(settings.home, "embedded-store", "all")
+
+
 @contextmanager
 def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` for the duration of the block.

@@ -54,9 +54,10 @@ class Runtime:
                 "dimension": self.service.dimension}
 
     def ensure_collection(self) -> None:
-        """Create the chunk collection, or fail clearly on a dimension mismatch."""
+        """Create the chunk collection (dense + BM25 sparse vectors), or fail clearly on a
+        dimension mismatch."""
         self.store.ensure_collection(self.collection, dimension=self.service.dimension,
-                                     keyword_indexes=CHUNK_INDEXES)
+                                     keyword_indexes=CHUNK_INDEXES, sparse=True)
 
     @classmethod
     def open(cls, settings: Settings, *, with_embedder: bool = True) -> "Runtime":

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kbsync.models import Chunk, DocState, DocStatus, SourceFile
+from kbsync.sparse import encode_document
 from kbsync.state import StateStore, utc_now
 from kbsync.store.base import Filter, Point, VectorStore
 
@@ -51,7 +52,11 @@ class PreparedDoc:
 
 
 def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
-    """The points of one document (payload = the citation fields plus bookkeeping)."""
+    """The points of one document (payload = the citation fields plus bookkeeping).
+
+    Each point carries the dense vector and the BM25 sparse vector of its text
+    (``kbsync.sparse.encode_document``; the collection must have ``sparse=True``).
+    """
     points = []
     for chunk, vector, failed in zip(doc.chunks, doc.vectors, doc.failed, strict=True):
         payload = {
@@ -64,7 +69,8 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
             **doc.extra_payload,
         }
         points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
-                                        chunk.text), payload=payload, vector=vector))
+                                        chunk.text), payload=payload, vector=vector,
+                            sparse=encode_document(chunk.text)))
     return points
 
 
@@ -156,7 +162,9 @@ def heal_document(
     flt = Filter.where(namespace=namespace, doc_id=source.doc_id, embedding_failed=True)
     flagged = list(store.scroll(collection, flt))
     outcome = service.embed_passages([p.payload["text"] for p in flagged])
-    healed = [Point(id=p.id, payload={**p.payload, "embedding_failed": False}, vector=v)
+    # An upsert replaces every vector of a point: the sparse one is written again too.
+    healed = [Point(id=p.id, payload={**p.payload, "embedding_failed": False}, vector=v,
+                    sparse=encode_document(p.payload["text"]))
               for p, v, failed in zip(flagged, outcome.vectors, outcome.failed, strict=True)
               if not failed]
     if healed:
