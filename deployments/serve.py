@@ -138,7 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="at most N flow runs at once in this process")
     parser.add_argument("--prefect-file", type=Path, default=PREFECT_FILE)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Prefect logs the runner itself; keep third-party chatter (httpx) at WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
     signal.signal(signal.SIGTERM, _stop_before_start)
 
     # Entrypoints and relative roots (data/sample) resolve against the project directory,

@@ -22,10 +22,10 @@ from kbsync.discover import iter_batches, parse_root
 from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
                            account_stage, new_run_id)
-from kbsync.lock import ingest_lock_path, write_lock
 from kbsync.models import PlanAction, SyncMode
 from kbsync.settings import Settings
 from tasks import ingest_tasks as t
+from tasks.locking import run_lock
 from tasks.artifacts import publish_summary, report_progress, start_progress
 from tasks.resources import release
 
@@ -116,7 +116,7 @@ def ingest(
                             mode=mode.value, dry_run=dry_run)
     guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
     try:
-        with write_lock(ingest_lock_path(settings, namespace), timeout_s=settings.lock_timeout_s):
+        with run_lock(settings, namespace):
             if mode is SyncMode.FULL and not allow_mass_delete:
                 for spec in specs:
                     t.preflight_root(spec, settings, namespace=namespace, include=include,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kbsync.errors import EmbeddingOutage, EmptyDocument, UsageError
-from kbsync.lock import lock_path, write_lock
+from kbsync.lock import ingest_lock_path, write_lock
 from kbsync.models import DocStatus, Document, PlanAction, SourceFile
 from kbsync.settings import Settings
 from kbsync.state import PlanItem
@@ -131,7 +131,8 @@ class KnowledgeBase:
         return self._runtime
 
     def _lock(self, namespace: str):
-        return write_lock(lock_path(self.settings.home, self.settings.collection, namespace),
+        # The ingest flow's lock file (one per embedded store, or per namespace on a server).
+        return write_lock(ingest_lock_path(self.settings, namespace),
                           timeout_s=self.settings.lock_timeout_s)
 
     # -- actions -----------------------------------------------------------------------------

@@ -51,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--namespace", default="default")
     srch.add_argument("-k", type=_k, default=5, help="number of results (default 5)")
     srch.add_argument("--min-score", type=float, default=None, metavar="S",
-                      help="drop hits with a cosine score below S")
+                      help="drop hits scoring below S (cosine in dense mode, RRF in hybrid)")
+    srch.add_argument("--mode", choices=["dense", "hybrid"], default="dense",
+                      help="dense vectors only, or dense + BM25 fused by RRF (default dense)")
+    srch.add_argument("--mqe", type=_mqe, default=0, metavar="N",
+                      help="also search N rephrasings written by the chat model (KBSYNC_LLM_*)")
+    srch.add_argument("--hyde", action="store_true",
+                      help="also search a hypothetical answer written by the chat model")
     srch.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     st = sub.add_parser("stats", help="documents and chunks per namespace")
@@ -64,6 +70,13 @@ def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _mqe(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError("must be between 0 and 10")
     return value
 
 
@@ -141,10 +154,11 @@ def _as_kbsync_error(error) -> KbsyncError:
 
 
 def _search(args, settings) -> int:
-    from kbsync.console import print_search
+    from kbsync.console import out, print_search
     from kbsync.runtime import Runtime
-    from kbsync.search import search
+    from kbsync.search import configured_llm, search
 
+    llm = configured_llm(settings) if (args.mqe or args.hyde) else None
     runtime = Runtime.open(settings)
     try:
         if runtime.store.collection_dimension(settings.collection) is None:
@@ -152,10 +166,19 @@ def _search(args, settings) -> int:
                         settings.collection)
         result = search(args.query, store=runtime.store, service=runtime.service,
                         collection=settings.collection, namespace=args.namespace, k=args.k,
-                        min_score=args.min_score)
+                        min_score=args.min_score, mode=args.mode, mqe=args.mqe,
+                        hyde=args.hyde, llm=llm)
     finally:
         runtime.close()
-    _emit(result.to_dict()) if args.json else print_search(result)
+    if args.json:
+        _emit(result.to_dict())
+        return EXIT_OK
+    print_search(result)
+    for text in result.expansions:
+        out.print(f"  also searched: {' '.join(text.split())[:160]}", highlight=False,
+                  markup=False)
+    for note in result.notes:
+        out.print(f"  note: {note}", highlight=False, markup=False)
     return EXIT_OK
 
 

@@ -1,27 +1,66 @@
-"""The query side: embed the query, search one namespace, filter, de-duplicate.
+"""The query side: embed, search one namespace (dense or hybrid), expand, merge, de-duplicate.
 
-Plain core code: it never starts a Prefect server. ``raw_count`` is the number
-of candidates the store returned (``k * 4`` per query); ``kept_count`` is what
-is left after the score threshold and duplicate-text removal; the first ``k``
-of those are returned.
+Plain core code: it never starts a Prefect server.
+
+- **Modes** (:class:`SearchMode`): ``dense`` (cosine over the dense vectors)
+  and ``hybrid`` (dense + BM25 sparse candidates fused by reciprocal rank
+  fusion inside Qdrant; scores are then RRF scores, not cosines).
+- **Expansions**: with ``mqe=N`` a chat model writes N rephrasings, with
+  ``hyde=True`` a hypothetical answer passage (embedded as a passage); see
+  :mod:`kbsync.expand`. Every query text is searched with ``k * 4``
+  candidates and hits are merged by best score per point id. When the model
+  is missing or fails, search goes on with what it has (at least the plain
+  query), logs a warning and says so in ``notes``.
+- **Counts**: ``raw_count`` sums the candidates the store returned over all
+  searches (``k * 4`` each when the namespace holds enough chunks);
+  ``kept_count`` is what is left after merging, the score threshold and
+  duplicate-text removal; the first ``k`` of those are returned.
+- **Isolation**: every store call carries the namespace filter, which also
+  excludes points flagged ``embedding_failed`` (zero-vector fallbacks).
+
+The module is callable: ``kbsync.search("query", namespace="ns")`` runs
+:func:`search_kb`, which opens settings, store and model itself;
+``kbsync.search.search`` is the core function with injected collaborators.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import sys
 import time
+import types
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from enum import Enum
+from typing import Any, Sequence
 
+from kbsync import expand
+from kbsync.errors import KbsyncError
 from kbsync.models import SearchHit
+from kbsync.sparse import encode_query
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
 
+log = logging.getLogger(__name__)
+
 CANDIDATE_FACTOR = 4
+MAX_K = 100
+
+
+class SearchMode(str, Enum):
+    """How candidates are found."""
+
+    DENSE = "dense"
+    HYBRID = "hybrid"
 
 
 @dataclass
 class SearchResult:
-    """The JSON contract of ``kbsync search --json``."""
+    """The JSON contract of ``kbsync search --json``.
+
+    ``expansions`` are the extra texts searched besides ``query`` (MQE
+    rephrasings, then the HyDE passage); ``notes`` say what did not go as
+    asked (e.g. "no chat model configured: searched the plain query").
+    """
 
     query: str
     namespace: str
@@ -30,12 +69,22 @@ class SearchResult:
     kept_count: int
     results: list[SearchHit] = field(default_factory=list)
     latency_ms: float = 0.0
+    expansions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """JSON form."""
         data = asdict(self)
         data["results"] = [h.to_dict() for h in self.results]
         return data
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """One text to search: a query (embedded as a query) or a HyDE passage."""
+
+    text: str
+    passage: bool = False
 
 
 def namespace_filter(namespace: str) -> Filter:
@@ -52,8 +101,12 @@ def search(
     namespace: str = "default",
     k: int = 5,
     min_score: float | None = None,
+    mode: SearchMode | str = SearchMode.DENSE,
+    mqe: int = 0,
+    hyde: bool = False,
+    llm: expand.ChatModel | None = None,
 ) -> SearchResult:
-    """Dense search of ``query`` in ``namespace``.
+    """Search ``query`` in ``namespace``.
 
     Args:
         query: the user's text (must not be blank).
@@ -62,26 +115,109 @@ def search(
         collection: chunk collection name.
         namespace: only this namespace's chunks are considered.
         k: number of results (1..100).
-        min_score: drop candidates scoring below it (cosine similarity).
+        min_score: drop candidates scoring below it: a cosine similarity in
+            ``dense`` mode, an RRF score (at most ``2 / RRF_K``) in ``hybrid``.
+        mode: ``dense`` or ``hybrid`` (the collection needs its sparse vector).
+        mqe: number of LLM rephrasings to search as well (0..10).
+        hyde: also search an LLM-written hypothetical answer passage.
+        llm: the chat model for ``mqe``/``hyde``; ``None`` = not configured
+            (the plain query is searched and a note says so).
+
+    Raises:
+        ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
+        KbsyncError: the store or the embedding model failed (a failing chat
+            model only adds a note).
     """
     if not query.strip():
         raise ValueError("query is empty")
-    if not 1 <= k <= 100:
-        raise ValueError(f"k must be between 1 and 100, got {k}")
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
+    if not 0 <= mqe <= expand.MAX_MQE:
+        raise ValueError(f"mqe must be between 0 and {expand.MAX_MQE}, got {mqe}")
+    mode = SearchMode(mode)
     started = time.perf_counter()
-    vector = service.embed_query(query)
-    points = store.search(collection, vector, limit=k * CANDIDATE_FACTOR,
-                          flt=namespace_filter(namespace))
-    kept = keep(points, min_score=min_score)
+    notes: list[str] = []
+    probes = [_Probe(query)] + _expansions(query, mqe=mqe, hyde=hyde, llm=llm, notes=notes)
+    flt = namespace_filter(namespace)
+    best: dict[str, ScoredPoint] = {}
+    raw = 0
+    searched: list[_Probe] = []
+    for probe in probes:
+        points = _search_one(probe, store=store, service=service, collection=collection,
+                             mode=mode, limit=k * CANDIDATE_FACTOR, flt=flt, notes=notes)
+        if points is None:
+            continue
+        searched.append(probe)
+        raw += len(points)
+        for point in points:
+            if point.id not in best or point.score > best[point.id].score:
+                best[point.id] = point
+    kept = keep(list(best.values()), min_score=min_score)
     hits = [to_hit(rank, p) for rank, p in enumerate(kept[:k], 1)]
-    return SearchResult(query=query, namespace=namespace, mode="dense", raw_count=len(points),
+    return SearchResult(query=query, namespace=namespace, mode=mode.value, raw_count=raw,
                         kept_count=len(kept), results=hits,
-                        latency_ms=round((time.perf_counter() - started) * 1000, 2))
+                        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                        expansions=[p.text for p in searched[1:]], notes=notes)
+
+
+def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str]) -> list[_Probe]:
+    """The extra texts to search; every failure becomes a note and a warning."""
+    if not (mqe or hyde):
+        return []
+    if llm is None:
+        _note(notes, "query expansion (mqe/hyde) skipped: no chat model configured "
+                     "(set KBSYNC_LLM_MODEL); searched the plain query only")
+        return []
+    probes: list[_Probe] = []
+    if mqe:
+        try:
+            texts = expand.rephrasings(llm, query, mqe)
+        except KbsyncError as exc:
+            _note(notes, f"mqe skipped: the chat model failed ({exc.kind}: {exc})")
+        else:
+            if len(texts) < mqe:
+                _note(notes, f"mqe: the chat model gave {len(texts)} usable rephrasings "
+                             f"of {mqe} asked")
+            probes += [_Probe(t) for t in texts]
+    if hyde:
+        try:
+            passage = expand.hypothetical_passage(llm, query)
+        except KbsyncError as exc:
+            _note(notes, f"hyde skipped: the chat model failed ({exc.kind}: {exc})")
+        else:
+            if passage:
+                probes.append(_Probe(passage, passage=True))
+            else:
+                _note(notes, "hyde skipped: the chat model wrote an empty passage")
+    return probes
+
+
+def _search_one(probe: _Probe, *, store: VectorStore, service, collection: str,
+                mode: SearchMode, limit: int, flt: Filter,
+                notes: list[str]) -> list[ScoredPoint] | None:
+    """Candidates for one text; ``None`` when a HyDE passage could not be embedded."""
+    if probe.passage:
+        outcome = service.embed_passages([probe.text])
+        if outcome.failed[0]:
+            _note(notes, "hyde skipped: the hypothetical passage could not be embedded")
+            return None
+        vector = outcome.vectors[0]
+    else:
+        vector = service.embed_query(probe.text)
+    if mode is SearchMode.DENSE:
+        return store.search(collection, vector, limit=limit, flt=flt)
+    return store.hybrid_search(collection, vector, encode_query(probe.text), limit=limit,
+                               flt=flt, candidate_limit=limit)
+
+
+def _note(notes: list[str], text: str) -> None:
+    log.warning("search: %s", text)
+    notes.append(text)
 
 
 def keep(points: Sequence[ScoredPoint], *, min_score: float | None) -> list[ScoredPoint]:
     """Candidates above ``min_score`` with duplicate texts removed, best first."""
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     kept = []
     for point in sorted(points, key=lambda p: p.score, reverse=True):
         if min_score is not None and point.score < min_score:
@@ -113,3 +249,73 @@ def citation(hit: SearchHit) -> str:
     if hit.heading_path:
         parts.append(f'"{hit.heading_path}"')
     return ", ".join(parts)
+
+
+def search_kb(
+    query: str,
+    *,
+    namespace: str = "default",
+    k: int = 5,
+    mode: SearchMode | str = SearchMode.DENSE,
+    mqe: int = 0,
+    hyde: bool = False,
+    min_score: float | None = None,
+    settings: Any = None,
+    store: VectorStore | None = None,
+    service: Any = None,
+    llm: expand.ChatModel | None = None,
+    collection: str | None = None,
+) -> SearchResult:
+    """Search with whatever is not given opened from the settings (``kbsync.search(...)``).
+
+    ``settings`` defaults to ``Settings()`` (``KBSYNC_*`` variables); a store
+    opened here is closed before returning (the embedded store locks its
+    folder meanwhile: pass ``store`` to search repeatedly, or use
+    ``kbsync.api``); the embedding service is the process-wide one for the
+    settings; ``llm`` defaults to the configured chat model when ``mqe`` or
+    ``hyde`` is asked (none configured: a note, the plain query is searched).
+
+    Raises:
+        as :func:`search`, plus ``StoreUnavailable`` when another process holds
+        the embedded store.
+    """
+    from kbsync.settings import Settings
+
+    settings = settings if settings is not None else Settings()
+    if service is None:
+        from kbsync.embed import build_embedding_service
+
+        service = build_embedding_service(settings)
+    if llm is None and (mqe or hyde):
+        llm = configured_llm(settings)
+    own_store = store is None
+    if store is None:
+        from kbsync.store import open_store
+
+        store = open_store(settings)
+    try:
+        return search(query, store=store, service=service,
+                      collection=collection or settings.collection, namespace=namespace, k=k,
+                      min_score=min_score, mode=mode, mqe=mqe, hyde=hyde, llm=llm)
+    finally:
+        if own_store:
+            store.close()
+
+
+def configured_llm(settings: Any) -> expand.ChatModel | None:
+    """The chat model of ``settings``, or ``None`` when ``KBSYNC_LLM_MODEL`` is unset."""
+    if not settings.llm_model:
+        return None
+    from kbsync.llm import ChatClient  # imported late: the openai package takes ~1 s
+
+    return ChatClient.from_settings(settings)
+
+
+class _CallableModule(types.ModuleType):
+    """Makes ``kbsync.search(...)`` work although ``kbsync.search`` is this module."""
+
+    def __call__(self, query: str, **options: Any) -> SearchResult:
+        return search_kb(query, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

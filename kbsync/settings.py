@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     embed_max_attempts: int = Field(5, ge=1, description="Attempts per batch before fallback.")
     cache_size_gb: float = Field(4.0, gt=0, description="Embedding cache size bound.")
 
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible chat endpoint base "
+                                     "URL (MQE, HyDE, ask); unset = OpenAI's.")
+    llm_model: str | None = Field(None, description="Chat model; unset = no LLM features.")
+    llm_api_key: SecretStr | None = Field(None, description="Key for the chat endpoint.")
+    llm_timeout_s: float = Field(30.0, gt=0, description="Per-request timeout of the chat model.")
+    llm_max_attempts: int = Field(2, ge=1, le=10, description="Attempts per chat request.")
+
     chunk_tokens: int = Field(400, ge=16, description="Token budget per chunk.")
     chunk_overlap: int = Field(60, ge=0, description="Overlap in tokens between chunks.")
     files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
@@ -80,7 +87,7 @@ class Settings(BaseSettings):
     def public_dict(self) -> dict:
         """Settings safe to log or show: secrets masked."""
         data = self.model_dump(mode="json")
-        for key in ("qdrant_api_key", "embed_api_key"):
+        for key in ("qdrant_api_key", "embed_api_key", "llm_api_key"):
             if data.get(key):
                 data[key] = "**********"
         return data

@@ -1,0 +1,24 @@
+"""kbsync: keep a searchable Qdrant knowledge base in sync with document folders.
+
+The public search API::
+
+    import kbsync
+
+    result = kbsync.search("ERR_7Q4Z on upload", namespace="docs", k=5, mode="hybrid")
+    for hit in result.results:
+        print(kbsync.citation(hit), hit.score)
+
+``kbsync.search(...)`` opens what it is not given (settings from ``KBSYNC_*``,
+the store, the embedding model, the chat model for ``mqe``/``hyde``) and
+returns a typed :class:`SearchResult`; see :func:`kbsync.search.search_kb`.
+``kbsync.search`` is also the module (``kbsync.search.search`` takes an open
+store and service, for repeated searches). Importing kbsync loads no engine
+and no model; the heavy imports happen on first use.
+"""
+
+from __future__ import annotations
+
+from kbsync import search  # noqa: F401 - the module is callable (see its last lines)
+from kbsync.search import SearchMode, SearchResult, citation, search_kb
+
+__all__ = ["SearchMode", "SearchResult", "citation", "search", "search_kb"]

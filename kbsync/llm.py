@@ -1,0 +1,188 @@
+"""A chat model behind any OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+Used for query expansion (MQE, HyDE) and for answers. Configured by
+``KBSYNC_LLM_MODEL`` (required: without it there is no chat model),
+``KBSYNC_LLM_BASE_URL`` (default OpenAI's) and ``KBSYNC_LLM_API_KEY``.
+
+The official ``openai`` client does the HTTP with ``max_retries=0``: the
+bounded retries (transient errors only, exponential backoff with jitter, at
+least the server's ``Retry-After`` up to a cap) are ours, so their number is
+known and logged. Every client error becomes an :class:`LLMError` subclass,
+and the key never appears in a message (server messages are scrubbed).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any, Callable
+
+import openai
+
+from kbsync.embed.openai_provider import _KEYLIKE, parse_retry_after, redact_url
+from kbsync.errors import KbsyncError, PermanentError, TransientError, UsageError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_TRANSIENT_STATUS = {408, 409, 429}
+_MAX_BACKOFF_S = 8.0  # one search must not hang for minutes on a rate limit
+_MESSAGE_LIMIT = 300
+
+
+class LLMError(KbsyncError):
+    """Base of chat model failures."""
+
+
+class LLMNotConfigured(LLMError, UsageError):
+    """No chat model is configured (``KBSYNC_LLM_MODEL`` is unset)."""
+
+
+class LLMTransientError(LLMError, TransientError):
+    """Timeout, connection failure, 408/409/429 or 5xx, after every attempt."""
+
+
+class LLMPermanentError(LLMError, PermanentError):
+    """Authentication, unknown model, bad request, or an empty or malformed reply."""
+
+
+class ChatClient:
+    """One chat model: ``complete(system, user) -> str``.
+
+    Invariants: a reply is a non-empty string or an exception, never ``""``;
+    at most ``max_attempts`` requests per call; only transient errors are
+    retried. Safe to share between threads (the openai client is).
+
+    Args:
+        model: model id sent to the endpoint.
+        base_url: endpoint base, e.g. ``http://localhost:8000/v1``.
+        api_key: bearer key; ``None`` for servers that need none. Never logged.
+        timeout_s: per-request timeout (connect + read), in seconds.
+        max_attempts: requests per call, at least 1.
+        sleep: how to wait between attempts (tests pass a no-op).
+    """
+
+    def __init__(
+        self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+        timeout_s: float = 30.0, max_attempts: int = 2,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not model:
+            raise LLMNotConfigured("no chat model given")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.model = model
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.endpoint = redact_url(self.base_url) + "/chat/completions"
+        self.max_attempts = max_attempts
+        self._secret = api_key or ""
+        self._sleep = sleep
+        # A placeholder key keeps OPENAI_API_KEY from the environment out of it.
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "unused",
+                                     timeout=timeout_s, max_retries=0)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "ChatClient":
+        """The chat model the settings describe.
+
+        Raises:
+            LLMNotConfigured: ``KBSYNC_LLM_MODEL`` is unset.
+        """
+        if not settings.llm_model:
+            raise LLMNotConfigured(
+                "no chat model configured: set KBSYNC_LLM_MODEL (and KBSYNC_LLM_BASE_URL, "
+                "KBSYNC_LLM_API_KEY for a non-OpenAI endpoint)")
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        return cls(settings.llm_model, base_url=settings.llm_base_url, api_key=key,
+                   timeout_s=settings.llm_timeout_s, max_attempts=settings.llm_max_attempts)
+
+    def complete(self, system: str, user: str, *, max_tokens: int = 512,
+                 temperature: float = 0.0) -> str:
+        """The model's reply to one system + user message pair.
+
+        Raises:
+            LLMTransientError: every attempt failed with a transient error.
+            LLMPermanentError: a non-retryable answer, or a reply with no text.
+        """
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return self._once(messages, max_tokens, temperature)
+            except LLMTransientError as exc:
+                if attempt == self.max_attempts:
+                    raise
+                delay = self._delay(attempt, getattr(exc, "retry_after", None))
+                log.warning("%s (attempt %d of %d); retrying in %.1fs", exc, attempt,
+                            self.max_attempts, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    # -- internals ----------------------------------------------------------------------------
+    def _once(self, messages: list[dict], max_tokens: int, temperature: float) -> str:
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=messages, max_tokens=max_tokens,
+                temperature=temperature)
+        except openai.APIStatusError as exc:
+            # Not chained: the client's exception quotes the raw body, which may echo the key.
+            raise self._status_error(exc) from None
+        except openai.APITimeoutError as exc:
+            raise LLMTransientError(f"{self._where()}: request timed out") from exc
+        except openai.APIConnectionError as exc:
+            raise LLMTransientError(f"{self._where()}: connection failed "
+                                    f"({self._scrub(str(exc.__cause__ or exc))})") from exc
+        except (openai.APIResponseValidationError, ValueError, TypeError, KeyError) as exc:
+            raise LLMPermanentError(f"{self._where()}: malformed response "
+                                    f"({type(exc).__name__})") from None
+        try:
+            content = response.choices[0].message.content
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise LLMPermanentError(f"{self._where()}: malformed response (no choices)") from exc
+        if not isinstance(content, str) or not content.strip():
+            reason = getattr(response.choices[0], "finish_reason", None)
+            raise LLMPermanentError(f"{self._where()}: empty reply (finish_reason {reason})")
+        return content
+
+    def _status_error(self, exc: openai.APIStatusError) -> LLMError:
+        status = exc.status_code
+        text = f"{self._where()}: HTTP {status}: {self._scrub(_message(exc))}"
+        if status in _TRANSIENT_STATUS or status >= 500:
+            err = LLMTransientError(text)
+            err.retry_after = parse_retry_after(exc.response.headers)  # type: ignore[attr-defined]
+            return err
+        if status in (401, 403):
+            return LLMPermanentError(text + " (check KBSYNC_LLM_API_KEY)")
+        if status == 404:
+            return LLMPermanentError(text + " (check KBSYNC_LLM_BASE_URL and KBSYNC_LLM_MODEL)")
+        return LLMPermanentError(text)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Full-jitter exponential backoff, at least ``Retry-After``, at most the cap."""
+        backoff = random.uniform(0.0, min(_MAX_BACKOFF_S, 0.5 * 2 ** (attempt - 1)))
+        return min(_MAX_BACKOFF_S, max(backoff, retry_after or 0.0))
+
+    def _where(self) -> str:
+        return f"chat endpoint {self.endpoint} (model {self.model!r})"
+
+    def _scrub(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "[redacted]")
+        return _KEYLIKE.sub("[redacted]", text)[:_MESSAGE_LIMIT]
+
+    def __repr__(self) -> str:  # no key, by construction
+        return f"ChatClient(model={self.model!r}, endpoint={self.endpoint!r})"
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    """The server's own error text (``error.message`` of an OpenAI-style body)."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+    return str(body or exc.message or "no message")

@@ -1,0 +1,59 @@
+"""The run-wide write lock, chosen by where the store lives.
+
+- Embedded store (one machine): a lock file beside it (:mod:`kbsync.lock`).
+- Qdrant server (workers on several machines): a Prefect global concurrency
+  limit of 1 per (collection, namespace), created on first use, so runs on
+  different machines queue behind each other; the file lock is taken as well,
+  which costs nothing and also covers runs started without a Prefect server.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
+
+from prefect import get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectNotFound
+
+from kbsync.errors import LockHeld
+from kbsync.lock import ingest_lock_path, write_lock
+from kbsync.settings import Settings
+
+
+def limit_name(settings: Settings, namespace: str) -> str:
+    """Name of the global concurrency limit guarding one collection and namespace."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", f"{settings.collection}-{namespace}".lower())
+    return f"kbsync-write-{slug}"[:100]
+
+
+def _ensure_limit(name: str) -> None:
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name,
+                                                                                limit=1))
+
+
+@contextmanager
+def run_lock(settings: Settings, namespace: str) -> Iterator[None]:
+    """Hold the write lock for one ingest run (see module doc)."""
+    logger = get_run_logger()
+    with ExitStack() as stack:
+        if settings.qdrant_url:
+            name = limit_name(settings, namespace)
+            _ensure_limit(name)
+            logger.info("acquiring global concurrency limit %s", name)
+            try:
+                stack.enter_context(concurrency(name, occupy=1, strict=True,
+                                                timeout_seconds=settings.lock_timeout_s or None))
+            except TimeoutError as exc:
+                raise LockHeld(f"another ingest holds {name}; waited "
+                               f"{settings.lock_timeout_s} s") from exc
+        stack.enter_context(write_lock(ingest_lock_path(settings, namespace),
+                                       timeout_s=settings.lock_timeout_s))
+        yield
