@@ -15,7 +15,7 @@ from prefect.states import Failed
 from pydantic import Field
 
 from kbsync.eval_report import gate_message
-from kbsync.evaluate import build_result, check_k, parse_modes
+from kbsync.evaluate import build_result, check_k, llm_for, parse_modes
 from kbsync.settings import Settings
 from tasks import eval_tasks as t
 from tasks.resources import release, runtime_for
@@ -48,6 +48,8 @@ def evaluate(
     settings = Settings()
     specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
     check_k(k)
+    if any(spec.needs_llm for spec in specs):
+        llm_for(settings)  # +mqe/+hyde without a chat model: a usage error, before work
     queries = t.load_queries(queries_file)
     try:
         warnings = t.check_labels(queries, settings, namespace=namespace)

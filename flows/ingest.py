@@ -28,6 +28,7 @@ from tasks import ingest_tasks as t
 from tasks.locking import run_lock
 from tasks.artifacts import publish_summary, report_progress, start_progress
 from tasks.resources import release
+from tasks.runners import build_task_runner
 
 # Parameter descriptions live in the flow's Args docstring: Prefect builds the deployment's
 # parameter schema (the UI form) from it and drops `Field(description=...)` metadata.
@@ -122,7 +123,8 @@ def ingest(
                     t.preflight_root(spec, settings, namespace=namespace, include=include,
                                      exclude=exclude, guard=guard)
             for spec in specs:
-                part = ingest_root(root=f"{spec.name}={spec.path}", root_name=spec.name, namespace=namespace,
+                per_root = ingest_root.with_options(task_runner=build_task_runner(settings))
+                part = per_root(root=f"{spec.name}={spec.path}", root_name=spec.name, namespace=namespace,
                                    mode=mode, force=force, dry_run=dry_run, include=include,
                                    exclude=exclude, allow_mass_delete=allow_mass_delete,
                                    max_delete_fraction=max_delete_fraction, run_id=run_id)

@@ -20,7 +20,6 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, Sequence
 
-from kbsync.errors import UsageError
 from kbsync.models import SearchHit
 from kbsync.search import citation, search
 
@@ -203,10 +202,8 @@ def build_chat_client(settings) -> ChatModel:
     """The configured chat model (``KBSYNC_LLM_*``).
 
     Raises:
-        UsageError: no chat model is configured.
+        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``kbsync.llm.LLMNotConfigured``).
     """
-    try:
-        from kbsync import llm
-    except ImportError as exc:  # the LLM module is optional in older checkouts
-        raise UsageError("this version has no chat model support (kbsync.llm)") from exc
-    return llm.ChatClient.from_settings(settings)
+    from kbsync.llm import ChatClient  # imported late: the openai package takes ~1 s
+
+    return ChatClient.from_settings(settings)

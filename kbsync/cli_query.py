@@ -82,10 +82,12 @@ def run_ask(args, settings) -> int:
 
 def run_eval(args, settings) -> int:
     """``kbsync eval``: 0 ok, 2 bad arguments or query file, 3 regression."""
-    from kbsync.evaluate import load_queries, parse_modes
+    from kbsync.evaluate import llm_for, load_queries, parse_modes
 
     modes = [m for m in args.modes.split(",") if m.strip()]
-    parse_modes(modes)  # usage errors (unknown mode, bad file) before any run exists
+    # Usage errors (unknown mode, no chat model for +mqe, bad file) before any run exists.
+    if any(spec.needs_llm for spec in parse_modes(modes)):
+        llm_for(settings)
     load_queries(args.queries_file)
     from flows.evaluate import evaluate  # imported late: Prefect's import costs seconds
 

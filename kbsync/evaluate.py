@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import inspect
 import io
 import json
 import logging
@@ -30,6 +29,7 @@ from typing import Any, Sequence
 
 from kbsync import eval_metrics as m
 from kbsync.errors import UsageError
+from kbsync.expand import MAX_MQE
 
 log = logging.getLogger(__name__)
 
@@ -224,16 +224,10 @@ _SPEC = re.compile(r"^(?P<mode>[a-z]+)(?P<opts>(\+(mqe\d*|hyde))*)$")
 
 
 def supported_search() -> tuple[set[str], set[str]]:
-    """The search modes and expansion options :func:`kbsync.search.search` accepts now."""
-    from kbsync import search as search_module
+    """The search modes (:class:`kbsync.search.SearchMode`) and expansion options."""
+    from kbsync.search import SearchMode
 
-    params = inspect.signature(search_module.search).parameters
-    modes = {"dense"}
-    if "mode" in params:
-        enum = getattr(search_module, "SearchMode", None)
-        modes |= {str(getattr(x, "value", x)) for x in enum} if enum is not None else {"hybrid"}
-    options = {opt for opt in ("mqe", "hyde") if opt in params}
-    return modes, options
+    return {m.value for m in SearchMode}, {"mqe", "hyde"}
 
 
 def parse_modes(names: Sequence[str]) -> list[ModeSpec]:
@@ -266,8 +260,8 @@ def parse_modes(names: Sequence[str]) -> list[ModeSpec]:
                 hyde = True
             else:
                 mqe = int(opt[3:] or DEFAULT_MQE)
-                if not 1 <= mqe <= 10:
-                    raise UsageError(f"{name!r}: mqe takes 1 to 10 rephrasings")
+                if not 1 <= mqe <= MAX_MQE:
+                    raise UsageError(f"{name!r}: mqe takes 1 to {MAX_MQE} rephrasings")
         specs.append(ModeSpec(name=name, mode=match["mode"], mqe=mqe, hyde=hyde))
     return specs
 
@@ -308,6 +302,9 @@ def run_mode(
 ) -> list[QueryOutcome]:
     """Search every query under one mode and score the document ranking.
 
+    Raises:
+        UsageError: the mode expands queries but ``llm`` is ``None``.
+
     Documents are ranked by their best chunk among ``search_depth(k)`` chunks.
     One unrecorded warm-up search runs first, so model loading and caches do
     not land in the first query's latency.
@@ -315,7 +312,9 @@ def run_mode(
     from kbsync.search import search
 
     kwargs = spec.search_kwargs()
-    if llm is not None and "llm" in inspect.signature(search).parameters:
+    if spec.needs_llm:
+        if llm is None:  # search would quietly fall back to the plain query: refuse instead
+            raise UsageError(f"mode {spec.name!r} needs a chat model (KBSYNC_LLM_MODEL)")
         kwargs["llm"] = llm
     depth = search_depth(k)
 
@@ -330,8 +329,8 @@ def run_mode(
         result = run(q.query)
         relevant = set(q.relevant)
         ranked = m.rank_documents(result.results, relevant)
-        # search may report a fallback (e.g. the LLM for MQE failed): keep it per query.
-        notes = "; ".join(str(n) for n in (getattr(result, "warnings", None) or []) if n)
+        # search reports fallbacks (e.g. the chat model failed for MQE): keep them per query.
+        notes = "; ".join(result.notes)
         outcomes.append(QueryOutcome(
             mode=spec.name, line=q.line, query=q.query, relevant=list(q.relevant),
             top_docs=ranked[:k], first_relevant_rank=m.first_relevant_rank(ranked, relevant),
@@ -418,6 +417,8 @@ def evaluate_plain(
 
     specs = parse_modes(modes)
     check_k(k)
+    if llm is None and any(s.needs_llm for s in specs):
+        llm = llm_for(runtime.settings)
     queries = load_queries(queries_file)
     warnings = check_labels(queries, set(runtime.states.load(namespace)), namespace)
     outcomes = [o for spec in specs
@@ -430,10 +431,14 @@ def evaluate_plain(
 
 
 def llm_for(settings) -> object:
-    """The chat model used by ``+mqe``/``+hyde`` modes (see :func:`kbsync.answer.build_chat_client`)."""
-    from kbsync.answer import build_chat_client
+    """The chat model for ``+mqe``/``+hyde`` modes.
 
-    return build_chat_client(settings)
+    Raises:
+        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``LLMNotConfigured``).
+    """
+    from kbsync.llm import ChatClient
+
+    return ChatClient.from_settings(settings)
 
 
 def check_k(k: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +57,10 @@ class Settings(BaseSettings):
     chunk_tokens: int = Field(400, ge=16, description="Token budget per chunk.")
     chunk_overlap: int = Field(60, ge=0, description="Overlap in tokens between chunks.")
     files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
+    task_runner: Literal["threads", "dask"] = Field(
+        "threads", description="How batches run in parallel: threads, or a Dask cluster.")
+    task_workers: int = Field(3, ge=1, le=256, description="Parallel batches (threads/workers).")
+    dask_address: str | None = Field(None, description="Existing Dask scheduler; unset = local.")
     lock_timeout_s: float = Field(0.0, ge=0, description="Wait this long for another writer.")
     max_file_mb: float = Field(100.0, gt=0, description="Files above this size are refused.")
 

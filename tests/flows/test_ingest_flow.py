@@ -80,3 +80,15 @@ def test_invalid_parameters_are_rejected_before_a_run(prefect_api, settings, tmp
         ingest(roots=[str(tmp_path)], mode="sideways")
     with pytest.raises(ParameterTypeError):
         ingest(roots=[], namespace="x")
+
+
+def test_dask_task_runner_gives_the_same_result(prefect_api, settings, tmp_path, monkeypatch):
+    share = tmp_path / "share"
+    write_tree(share, {f"d{i}.md": f"# Doc {i}\n\nBody {i} text." for i in range(40)})
+    monkeypatch.setenv("KBSYNC_TASK_RUNNER", "dask")
+    monkeypatch.setenv("KBSYNC_TASK_WORKERS", "2")
+    monkeypatch.setenv("KBSYNC_FILES_PER_BATCH", "8")
+    summary = ingest(roots=[str(share)], namespace="dask")
+    assert summary["added"] == summary["files_seen"] == 40 and summary["failed"] == 0
+    again = ingest(roots=[str(share)], namespace="dask")
+    assert again["unchanged"] == 40 and again["embeddings_computed"] == 0
