@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Sequence
 
+from kbsync import cli_query
 from kbsync.errors import KbsyncError, UsageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", help="documents and chunks per namespace")
     st.add_argument("--namespace", default=None, help="only this namespace")
     st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    cli_query.register(sub)
     return parser
 
 
@@ -106,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = Settings()
-        command = {"ingest": _ingest, "search": _search, "stats": _stats}[args.command]
+        command = {"ingest": _ingest, "search": _search, "stats": _stats,
+                   **cli_query.COMMANDS}[args.command]
         return command(args, settings)
     except UsageError as exc:
         print(f"kbsync: error: {exc}", file=sys.stderr)

@@ -148,11 +148,12 @@ def _print_eval(data: dict) -> None:
 
     table = Table(title=f"kbsync eval: namespace {data['namespace']}, {data['queries']} queries, "
                         f"k={data['k']}")
-    columns = ("hit_rate", "mrr", "ndcg@10", "recall@k", "raw_count_mean", "kept_count_mean",
-               "latency_ms_p50", "latency_ms_p95")
+    columns = {"hit_rate": f"hit@{data['k']}", "mrr": "MRR", "ndcg@10": "nDCG@10",
+               "recall@k": f"recall@{data['k']}", "raw_count_mean": "raw",
+               "kept_count_mean": "kept", "latency_ms_p50": "p50 ms", "latency_ms_p95": "p95 ms"}
     table.add_column("mode")
-    for column in columns:
-        table.add_column(column, justify="right")
+    for label in columns.values():
+        table.add_column(label, justify="right")
     for mode, metrics in data["modes"].items():
         table.add_row(mode, *("-" if metrics[c] is None else f"{metrics[c]:.4g}"
                               for c in columns))

@@ -18,7 +18,8 @@ from typing import AbstractSet, Iterable, Sequence
 from kbsync.models import SearchHit
 
 
-def rank_documents(hits: Iterable[SearchHit], relevant: AbstractSet[str] = frozenset()) -> list[str]:
+def rank_documents(hits: Iterable[SearchHit],
+                   relevant: AbstractSet[str] = frozenset()) -> list[str]:
     """Documents ordered by their best chunk's score, best first.
 
     A document appears once, at the score of its best chunk. Documents whose

@@ -3,24 +3,17 @@
 Plain core code (no Prefect): ``flows/evaluate.py`` arranges these functions
 as tasks and :func:`evaluate_plain` chains them for tests and scripts.
 
-A query file holds one labelled query per line, JSONL
-(``{"query": "...", "relevant": ["root/path.md", ...]}``) or CSV with a
-``query,relevant`` header and ``|``-separated doc_ids. Every bad line is
-reported with its number in one :class:`QueryFileError`; nothing is skipped
-silently. A query with an empty ``relevant`` list is kept: it is searched and
-counted (raw/kept counts, latency) but left out of the quality means.
+Query files are parsed by :mod:`kbsync.eval_queries` (re-exported here). A
+query with an empty ``relevant`` list is searched and counted (raw/kept counts,
+latency) but left out of the quality means.
 
-Modes are ``dense`` and ``hybrid`` (when :func:`kbsync.search.search` supports
-them), optionally with query expansion: ``dense+mqe3``, ``hybrid+hyde``,
+Modes are those of :class:`kbsync.search.SearchMode` (``dense``, ``hybrid``),
+optionally with query expansion by the chat model: ``dense+mqe3``, ``hybrid+hyde``,
 ``dense+mqe2+hyde``.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
-import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
@@ -29,34 +22,19 @@ from typing import Any, Sequence
 
 from kbsync import eval_metrics as m
 from kbsync.errors import UsageError
+from kbsync.eval_queries import EvalQuery, QueryFileError, load_queries, queries_hash
 from kbsync.expand import MAX_MQE
 
 log = logging.getLogger(__name__)
+
+__all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryFileError", "QueryOutcome",
+           "aggregate", "build_result", "check_labels", "evaluate_plain", "load_queries",
+           "parse_modes", "queries_hash", "run_mode"]
 
 NDCG_CUTOFF = 10
 MAX_SEARCH_K = 100  # kbsync.search.search refuses more
 DEFAULT_MQE = 3
 METRIC_KEYS = ("hit_rate", "mrr", "ndcg@10", "recall@k")
-
-
-class QueryFileError(UsageError):
-    """A query file with bad lines; ``problems`` lists ``(line number, message)``."""
-
-    def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
-        self.path = path
-        self.problems = problems
-        shown = "; ".join(f"line {n}: {msg}" if n else msg for n, msg in problems[:20])
-        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
-        super().__init__(f"{path}: {len(problems)} bad line(s): {shown}{more}")
-
-
-@dataclass(frozen=True)
-class EvalQuery:
-    """One labelled query; ``line`` is its 1-based line number in the file."""
-
-    line: int
-    query: str
-    relevant: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -117,106 +95,6 @@ class QueryOutcome:
         row["relevant"] = "|".join(self.relevant)
         row["top_docs"] = "|".join(self.top_docs)
         return row
-
-
-# --- query files -------------------------------------------------------------------------------
-def load_queries(path: str | Path) -> list[EvalQuery]:
-    """Parse a JSONL or CSV query file (format from the extension, else sniffed).
-
-    Raises:
-        UsageError: the file does not exist or cannot be read.
-        QueryFileError: bad lines (all of them, with numbers), or no query at all.
-    """
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise UsageError(f"query file {str(path)!r} does not exist") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise QueryFileError(str(path), [(line, "not valid UTF-8")]) from exc
-    except OSError as exc:
-        raise UsageError(f"cannot read query file {str(path)!r}: {exc.strerror or exc}") from exc
-    suffix = path.suffix.lower()
-    is_csv = suffix in (".csv", ".tsv") or (
-        suffix not in (".jsonl", ".ndjson", ".json") and not text.lstrip().startswith("{"))
-    queries, problems = (_parse_csv(text) if is_csv else _parse_jsonl(text))
-    if not queries and not problems:
-        problems.append((0, "no queries in file"))
-    if problems:
-        raise QueryFileError(str(path), problems)
-    return queries
-
-
-def _parse_jsonl(text: str) -> tuple[list[EvalQuery], list[tuple[int, str]]]:
-    queries, problems = [], []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            problems.append((number, f"not valid JSON ({exc.msg})"))
-            continue
-        if not isinstance(obj, dict):
-            problems.append((number, "expected a JSON object"))
-            continue
-        _check(number, obj.get("query"), obj.get("relevant", _MISSING), queries, problems)
-    return queries, problems
-
-
-def _parse_csv(text: str) -> tuple[list[EvalQuery], list[tuple[int, str]]]:
-    queries: list[EvalQuery] = []
-    problems: list[tuple[int, str]] = []
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header_line = 0
-    header: list[str] | None = None
-    for row in reader:
-        if not any(cell.strip() for cell in row):
-            continue
-        if header is None:
-            header_line, header = reader.line_num, [c.strip().lower() for c in row]
-            if "query" not in header or "relevant" not in header:
-                problems.append((header_line, "CSV header must name the columns query,relevant"))
-                return queries, problems
-            continue
-        # A quoted field may span lines: report the line the record starts on.
-        number = reader.line_num - sum(cell.count("\n") for cell in row)
-        if len(row) != len(header):
-            problems.append((number, f"expected {len(header)} fields, got {len(row)}"))
-            continue
-        cells = dict(zip(header, row))
-        relevant = [d.strip() for d in cells["relevant"].split("|") if d.strip()]
-        _check(number, cells["query"], relevant, queries, problems)
-    if header is None:
-        problems.append((0, "empty CSV file (expected a query,relevant header)"))
-    return queries, problems
-
-
-_MISSING = object()
-
-
-def _check(number: int, query: Any, relevant: Any, out: list[EvalQuery],
-           problems: list[tuple[int, str]]) -> None:
-    if not isinstance(query, str) or not query.strip():
-        problems.append((number, "'query' must be a non-empty string"))
-        return
-    if relevant is _MISSING:
-        problems.append((number, "'relevant' is missing (use [] for a query with no answer)"))
-        return
-    if not isinstance(relevant, list) or not all(isinstance(d, str) and d.strip()
-                                                 for d in relevant):
-        problems.append((number, "'relevant' must be a list of doc_id strings"))
-        return
-    unique = tuple(dict.fromkeys(d.strip() for d in relevant))
-    out.append(EvalQuery(line=number, query=query.strip(), relevant=unique))
-
-
-def queries_hash(queries: Sequence[EvalQuery]) -> str:
-    """Identity of a query set (text and labels, not line numbers): reports compare only
-    runs over the same set."""
-    data = json.dumps([[q.query, sorted(q.relevant)] for q in queries], ensure_ascii=False)
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:16]
 
 
 # --- modes --------------------------------------------------------------------------------------
@@ -306,8 +184,8 @@ def run_mode(
         UsageError: the mode expands queries but ``llm`` is ``None``.
 
     Documents are ranked by their best chunk among ``search_depth(k)`` chunks.
-    One unrecorded warm-up search runs first, so model loading and caches do
-    not land in the first query's latency.
+    Every query is embedded once and one unrecorded search runs before timing
+    (see the comment below): reported latency excludes query-embedding time.
     """
     from kbsync.search import search
 
@@ -323,6 +201,12 @@ def run_mode(
                       collection=runtime.collection, namespace=namespace, k=depth, **kwargs)
 
     if warm_up and queries:
+        # Query vectors come from the embedding cache once computed, so the first mode of
+        # the first run would pay model time that later modes and runs do not. Embedding
+        # every query first makes latency comparable: it is retrieval time (cache lookup,
+        # store search, fusion, de-duplication, plus any LLM expansion), not model time.
+        for q in queries:
+            runtime.service.embed_query(q.query)
         run(queries[0].query)
     outcomes = []
     for q in queries:

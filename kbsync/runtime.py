@@ -14,7 +14,7 @@ from kbsync.convert import CONVERTER_VERSION
 from kbsync.settings import Settings
 from kbsync.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
-from kbsync.sync import CHUNK_INDEXES
+from kbsync.sync import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ class Runtime:
         """Create the chunk collection (dense + BM25 sparse vectors), or fail clearly on a
         dimension mismatch."""
         self.store.ensure_collection(self.collection, dimension=self.service.dimension,
-                                     keyword_indexes=CHUNK_INDEXES, sparse=True)
+                                     keyword_indexes=CHUNK_INDEXES, sparse=True,
+                                     bool_indexes=CHUNK_BOOL_INDEXES)
 
     @classmethod
     def open(cls, settings: Settings, *, with_embedder: bool = True) -> "Runtime":

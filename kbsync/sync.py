@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 POINT_NAMESPACE = uuid.UUID("1b6f2a8e-0d4c-4f3b-9a57-7c2e5d9e8a10")
 CHUNK_INDEXES = ("namespace", "doc_id")
+CHUNK_BOOL_INDEXES = ("embedding_failed",)  # every search filters on it: index it
 
 
 def point_id(namespace: str, doc_id: str, chunk_index: int, text: str) -> str:

@@ -12,13 +12,24 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from kbsync import evaluate as ev
+from kbsync.errors import TransientError
 from kbsync.eval_report import summary_markdown, table_rows, write_report
 from kbsync.report import artifact_key
 from kbsync.settings import Settings
-from tasks.ingest_tasks import _transient
 from tasks.resources import runtime_for
 
 COMMON = dict(cache_policy=NONE, persist_result=False)
+
+
+def _transient(task, task_run, state) -> bool:
+    """Retry only when retrying can help (store unavailable, embedding endpoint hiccup)."""
+    try:
+        state.result()
+    except TransientError:
+        return True
+    except Exception:  # noqa: BLE001 - anything else is permanent
+        return False
+    return False
 
 
 @task(name="load-queries", tags=["kbsync", "eval"], **COMMON)

@@ -102,12 +102,16 @@ class VectorStore(Protocol):
 
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
-        sparse: bool = False,
+        sparse: bool = False, bool_indexes: Sequence[str] = (),
     ) -> None:
         """Create the collection if missing, else check its dimension.
 
         With ``sparse=True`` the collection also gets the ``SPARSE`` vector
         (IDF modifier); an existing collection without it gets it added.
+        Missing payload indexes are created: ``keyword_indexes`` (tenant
+        indexes for ``namespace``) and ``bool_indexes`` (a filter on an
+        unindexed field reads every candidate's payload: ~8 ms per search at
+        1k points per namespace in the edge engine, ~1 ms with the index).
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.

@@ -145,12 +145,13 @@ class EdgeStore:
     # --- VectorStore --------------------------------------------------------
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
-        sparse: bool = False,
+        sparse: bool = False, bool_indexes: Sequence[str] = (),
     ) -> None:
         """Create the collection if missing, else check its dimension; add missing indexes.
 
-        Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes.
-        ``sparse=True`` creates (or adds to an existing shard) the IDF sparse vector.
+        Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes;
+        ``bool_indexes`` get bool indexes. ``sparse=True`` creates (or adds to an
+        existing shard) the IDF sparse vector.
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.
@@ -184,11 +185,8 @@ class EdgeStore:
                                 "before now have no BM25 vector until re-ingested", name)
         with handle.lock, _errors("create index", name):
             existing = set(handle.shard.info().payload_schema)
-            for key in keyword_indexes:
-                if key in existing:
-                    continue
-                params = qe.KeywordIndexParams(is_tenant=True if key in cv.TENANT_KEYS else None)
-                handle.shard.update(qe.UpdateOperation.create_field_index(key, params))
+            for operation in eq.index_operations(existing, keyword_indexes, bool_indexes):
+                handle.shard.update(operation)
 
     def collection_dimension(self, name: str) -> int | None:
         """The dense dimension of ``name``, or ``None`` when it does not exist."""

@@ -120,6 +120,20 @@ def collection_config(dimension: int, *, sparse: bool) -> Any:
     )
 
 
+def index_operations(existing: set[str], keyword_indexes: Sequence[str],
+                     bool_indexes: Sequence[str]) -> list[Any]:
+    """Updates creating the payload indexes not in ``existing`` (``namespace``: tenant)."""
+    operations = []
+    for key in keyword_indexes:
+        if key not in existing:
+            params = qe.KeywordIndexParams(is_tenant=True if key in cv.TENANT_KEYS else None)
+            operations.append(qe.UpdateOperation.create_field_index(key, params))
+    for key in bool_indexes:
+        if key not in existing:
+            operations.append(qe.UpdateOperation.create_field_index(key, qe.BoolIndexParams()))
+    return operations
+
+
 def add_sparse_operation() -> Any:
     """The update that adds the IDF sparse vector to an existing shard."""
     return qe.UpdateOperation.create_sparse_vector(SPARSE, modifier=qe.Modifier.Idf)

@@ -117,13 +117,14 @@ class ServerStore:
     # --- VectorStore --------------------------------------------------------
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
-        sparse: bool = False,
+        sparse: bool = False, bool_indexes: Sequence[str] = (),
     ) -> None:
         """Create the collection if missing, else check its dimension; create keyword indexes.
 
         ``namespace`` (``TENANT_KEYS``) gets a tenant keyword index. Index
         creation is idempotent on the server and skipped in local mode.
-        ``sparse=True`` creates (or adds) the IDF sparse vector ``SPARSE``.
+        ``bool_indexes`` get bool indexes. ``sparse=True`` creates (or adds) the
+        IDF sparse vector ``SPARSE``.
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.
@@ -166,6 +167,9 @@ class ServerStore:
             )
             self._call("create index", name, self._client.create_payload_index, name, key,
                        field_schema=schema, wait=True)
+        for key in bool_indexes:
+            self._call("create index", name, self._client.create_payload_index, name, key,
+                       field_schema=models.PayloadSchemaType.BOOL, wait=True)
 
     def collection_dimension(self, name: str) -> int | None:
         """The dense dimension of ``name``, or ``None`` when it does not exist."""

@@ -83,3 +83,24 @@ def test_ask_without_a_chat_model_is_a_usage_error(settings):
 ])
 def test_check_citations(text, passages, expected):
     assert check_citations(text, passages) == expected
+
+
+def test_ask_command_prints_json_and_readable_sources(chat, capsys):
+    import argparse
+    import json
+
+    from kbsync import cli_query
+
+    _, settings = chat
+    parser = argparse.ArgumentParser()
+    cli_query.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["ask", "How often are API keys rotated?", "-k", "2",
+                              "--min-score", "0", "--json"])
+    assert cli_query.COMMANDS["ask"](args, settings) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["answered"] and [c["n"] for c in data["citations"]] == [1, 2]
+    args = parser.parse_args(["ask", "How often are API keys rotated?", "-k", "2",
+                              "--min-score", "0"])
+    assert cli_query.run_ask(args, settings) == 0
+    out = capsys.readouterr().out
+    assert "Sources" in out and "[1] kb/" in out and "[2] kb/" in out

@@ -118,3 +118,10 @@ def test_mode_specs():
     else:
         with pytest.raises(UsageError, match="does not support"):
             parse_modes(["dense+mqe2"])
+
+
+def test_query_file_error_survives_pickling():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(QueryFileError("q.jsonl", [(3, "bad")])))
+    assert error.problems == [(3, "bad")] and str(error) == "q.jsonl: 1 bad line(s): line 3: bad"

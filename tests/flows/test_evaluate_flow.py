@@ -75,8 +75,10 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     assert data["warnings"] == [] and data["regression"]["passed"]
     for key in ("per_query_csv", "summary_md", "chart_png", "latest_json"):
         assert (reports / data["report"][key].split(str(reports) + "/", 1)[1]).is_file()
-    assert {"load-queries", "check-labels", "search-dense", "search-hybrid", "write-report",
-            "publish-eval"} <= _task_names(state.state_details.flow_run_id)
+    names = _task_names(state.state_details.flow_run_id)
+    assert {"search-dense", "search-hybrid"} <= names  # named after the mode
+    for task_name in ("load-queries", "check-labels", "write-report", "publish-eval"):
+        assert any(n.startswith(task_name + "-") for n in names), (task_name, names)
     table = _artifacts(artifact_key("kbsync-eval", "default"))
     assert table and '"mode": "hybrid"' in table[0].data
     summary = _artifacts(artifact_key("kbsync-eval-summary", "default"))
@@ -95,7 +97,7 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     assert data["regression"]["passed"] is False
     assert data["regression"]["baseline"] == "better-run"
 
-    # The CLI exits 3 and prints the numbers on stderr; --accept makes it pass.
+    # The CLI exits 3 and prints the numbers on stderr (--accept: see tests/eval/test_report.py).
     from kbsync.cli_query import run_eval
 
     code = run_eval(_cli_args(QUERIES, "-k", "5", "--report-dir", str(reports), "--json"),
@@ -104,8 +106,6 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     assert code == 3
     assert json.loads(out)["regression"]["passed"] is False
     assert "retrieval regression against run better-run" in err and "-> " in err
-    assert run_eval(_cli_args(QUERIES, "-k", "5", "--report-dir", str(reports), "--accept"),
-                    sample_kb) == 0
 
 
 def test_usage_errors_fail_before_any_search(prefect_api, sample_kb, tmp_path):

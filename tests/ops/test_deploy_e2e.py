@@ -70,6 +70,11 @@ class Stack:
     def children(self, run_id: str) -> list[dict]:
         return self.runs({"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}})
 
+    def cancel(self, run_id: str) -> None:
+        """What the UI's Cancel button (and `prefect flow-run cancel`) asks of the API."""
+        self.post(f"/flow_runs/{run_id}/set_state",
+                  {"state": {"type": "CANCELLING", "name": "Cancelling"}})
+
     def artifacts(self, run_ids: list[str]) -> list[dict]:
         return self.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": run_ids}}})
 
@@ -157,6 +162,8 @@ def stack(tmp_path_factory):
                PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_SERVER_UI_ENABLED="false", PREFECT_CLI_PROMPT="false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    server_env = {**env, **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false"
+                            for name in ("LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS")}}
     worker_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
                   "PREFECT_WORKER_QUERY_SECONDS": "1"}
     procs: list[subprocess.Popen] = []
@@ -164,7 +171,8 @@ def stack(tmp_path_factory):
     try:
         server_log = tmp / "server.log"
         procs.append(_start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                             "--no-scheduler", "--no-ui", "--analytics-off"], env, server_log))
+                             "--no-scheduler", "--no-ui", "--analytics-off"], server_env,
+                            server_log))
 
         def healthy() -> bool:
             assert procs[0].poll() is None, f"server exited:\n{_tail(server_log)}"
@@ -177,13 +185,15 @@ def stack(tmp_path_factory):
         stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
         made = cli(stack, "work-pool", "create", POOL, "--type", "process")
         assert made.returncode == 0, made.stdout + made.stderr
+        # The worker starts while `prefect deploy` runs. It serves the `default` queue only, so
+        # evaluate runs (queue `evaluate`) wait to be inspected instead of being executed here.
+        worker_log = tmp / "worker.log"
+        procs.append(_start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
+                             "--work-queue", "default"], worker_env, worker_log))
         # The documented command when every entrypoint exists; per name while evaluate is missing.
         names = ["--all"] if HAS_EVALUATE else [a for n in INGEST_DEPLOYMENTS for a in ("-n", n)]
         deployed = cli(stack, "deploy", *names, timeout=240)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-        worker_log = tmp / "worker.log"
-        procs.append(_start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process"],
-                            worker_env, worker_log))
 
         def worker_online() -> bool:
             assert procs[1].poll() is None, f"worker exited:\n{_tail(worker_log)}"
@@ -301,14 +311,14 @@ def test_reindex_event_starts_a_run_with_the_payload_roots(stack):
 
 
 def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes(stack):
-    count = 100
+    count = 60
     share = _share(stack.tmp / "big", {f"doc{i:03d}.md": f"# Doc {i}\n\n" + f"Topic {i}. " * 40
                                        for i in range(count)})
     roots = f"roots={json.dumps([str(share)])}"
     # One file per batch so the run is long enough to be cancelled in the middle.
     started = cli(stack, "deployment", "run", "ingest/backfill", "--param", roots,
                   "--param", "namespace=cancel", "--job-variable",
-                  'env={"KBSYNC_FILES_PER_BATCH": "1"}')
+                  'env={"KBSYNC_FILES_PER_BATCH": "1", "KBSYNC_LOCK_TIMEOUT_S": "600"}')
     assert started.returncode == 0, started.stdout + started.stderr
     run_id = _run_id(started.stdout)
 
@@ -319,8 +329,7 @@ def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes
             "state": {"type": {"any_": ["COMPLETED"]}}}}))
 
     _wait_for(some_documents_written, 120, "the first written batch")
-    cancel = cli(stack, "flow-run", "cancel", run_id)
-    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    stack.cancel(run_id)
     _wait_for(lambda: stack.state(run_id) == "Cancelled", 90, "the cancellation")
 
     again = cli(stack, "deployment", "run", "ingest/backfill", "--param", roots,
@@ -347,10 +356,42 @@ def test_completed_nightly_sync_triggers_evaluate(stack):
     assert done.returncode == 0, done.stdout + done.stderr
     (run,) = _wait_for(lambda: stack.runs_of("evaluate"), 60, "the evaluate run")
     assert run["created_by"]["type"] == "AUTOMATION"
-    # The evaluation itself is tested with the evaluate flow; stop it here to save time.
-    cli(stack, "flow-run", "cancel", run["id"])
-    _wait_for(lambda: stack.state(run["id"]) in {"Cancelled", "Completed", "Failed", "Crashed"},
-              90, "the evaluate run to stop")
+    assert run["parameters"]["queries_file"] == "data/eval/sample_queries.jsonl"
+    # No worker serves the evaluate queue here (the flow is tested in tests/flows): withdraw it.
+    assert run["state_name"] == "Scheduled"
+    stack.cancel(run["id"])
+    _wait_for(lambda: stack.state(run["id"]) == "Cancelled", 30, "the evaluate run to go")
+
+
+def test_secret_block_reaches_the_run_env_and_is_stored_nowhere_else(stack):
+    """The OPERATIONS.md recipe: Secret block -> pool job template -> flow-run env."""
+    import asyncio
+
+    from prefect.blocks.system import Secret
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.workers.process import ProcessJobConfiguration
+
+    value = "sk-test-" + os.urandom(6).hex()
+    with temporary_settings({PREFECT_API_URL: stack.api}):
+        Secret(value=value).save("kbsync-embed-api-key", overwrite=True)
+    template = stack.tmp / "kbsync-pool.json"
+    made = subprocess.run([sys.executable, str(ROOT / "deployments" / "pool_template.py"),
+                           "--secret", "KBSYNC_EMBED_API_KEY=kbsync-embed-api-key"],
+                          env=stack.env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    template.write_text(made.stdout)
+    updated = cli(stack, "work-pool", "update", POOL, "--base-job-template", str(template))
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    # What the worker computes for a ci-reindex run: pool env + deployment env, blocks resolved.
+    pool = stack.get(f"/work_pools/{POOL}")
+    deployment = stack.deployments()["ci-reindex"]
+    with temporary_settings({PREFECT_API_URL: stack.api}):
+        config = asyncio.run(ProcessJobConfiguration.from_template_and_values(
+            pool["base_job_template"], deployment["job_variables"]))
+    assert config.env["KBSYNC_EMBED_API_KEY"] == value
+    assert config.env["KBSYNC_LOCK_TIMEOUT_S"] == "1800"
+    stored = json.dumps([pool, stack.deployments(), stack.post("/automations/filter")])
+    assert value not in stored and "prefect.blocks.secret.kbsync-embed-api-key" in stored
 
 
 def test_serve_registers_and_stops_cleanly_on_sigterm(stack):

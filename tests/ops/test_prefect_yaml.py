@@ -194,3 +194,14 @@ def test_github_workflow_runs_ci_reindex_and_waits():
     assert "prefect deployment run 'ingest/ci-reindex'" in step["run"]
     assert "--watch" in step["run"]
     assert workflow["jobs"]["reindex"]["env"]["PREFECT_API_URL"] == "${{ secrets.PREFECT_API_URL }}"
+
+
+def test_pool_template_references_secret_blocks_only():
+    from deployments.pool_template import pool_template, secret_env
+
+    env = secret_env(["KBSYNC_EMBED_API_KEY=kbsync-embed-api-key"])
+    assert env == {"KBSYNC_EMBED_API_KEY": "{{ prefect.blocks.secret.kbsync-embed-api-key }}"}
+    assert pool_template(env)["variables"]["properties"]["env"]["default"] == env
+    for bad in ("KBSYNC_EMBED_API_KEY", "kbsync_key=block", "KEY=Not_A_Block", "KEY=sk-abc def"):
+        with pytest.raises(ValueError, match="expected VAR=BLOCK"):
+            secret_env([bad])

@@ -32,7 +32,8 @@ def spoint(n: int, sparse: SparseVec | None, namespace: str = "ns-a", **extra) -
 @pytest.fixture
 def scoll(store, backend) -> str:
     name = backend.name("sp")
-    store.ensure_collection(name, dimension=DIM, keyword_indexes=INDEXES, sparse=True)
+    store.ensure_collection(name, dimension=DIM, keyword_indexes=INDEXES, sparse=True,
+                            bool_indexes=("embedding_failed",))
     return name
 
 
@@ -163,6 +164,8 @@ def test_sparse_collection_survives_reopen(store, scoll, reopen) -> None:
     store.upsert(scoll, [spoint(n, sv((n, 1.0), (100, 0.5))) for n in range(5)])
     store = reopen(store)
     store.ensure_collection(scoll, dimension=DIM, keyword_indexes=INDEXES)  # sparse not asked
+    store.ensure_collection(scoll, dimension=DIM, keyword_indexes=INDEXES, sparse=True,
+                            bool_indexes=("embedding_failed",))  # idempotent
     assert [h.id for h in store.sparse_search(scoll, sv((3, 1.0)), limit=3)] == [pid(3)]
     assert store.hybrid_search(scoll, unit(3), sv((3, 1.0)), limit=1)[0].id == pid(3)
 
