@@ -36,8 +36,8 @@ def secret_env(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         var, sep, block = pair.partition("=")
         if not sep or not _VAR.match(var) or not _BLOCK.match(block):
-            raise ValueError(f"expected VAR=BLOCK (e.g. KBSYNC_EMBED_API_KEY=kbsync-embed-api-key), "
-                             f"got {pair!r}")
+            raise ValueError("expected VAR=BLOCK (e.g. KBSYNC_EMBED_API_KEY=kbsync-embed-api-key)"
+                             f", got {pair!r}")
         env[var] = "{{ prefect.blocks.secret." + block + " }}"
     return env
 

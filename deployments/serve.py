@@ -23,9 +23,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import yaml
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PREFECT_FILE = PROJECT_DIR / "prefect.yaml"
@@ -65,7 +68,7 @@ def shared_env(specs: Sequence[dict[str, Any]]) -> dict[str, str]:
     return env
 
 
-def to_runner_deployment(spec: dict[str, Any]):
+def to_runner_deployment(spec: dict[str, Any]) -> RunnerDeployment:
     """A ``RunnerDeployment`` equivalent to one prefect.yaml entry (minus pool and pull).
 
     Supports what kbsync's prefect.yaml uses: cron schedules with timezone,
@@ -138,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="at most N flow runs at once in this process")
     parser.add_argument("--prefect-file", type=Path, default=PREFECT_FILE)
     args = parser.parse_args(argv)
+    prefect_file = args.prefect_file.resolve()  # before the chdir below
     # Prefect logs the runner itself; keep third-party chatter (httpx) at WARNING.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -147,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # exactly as on a worker whose pull step sets it as the working directory.
     os.chdir(PROJECT_DIR)
     try:
-        specs = select(load_specs(args.prefect_file), args.only)
+        specs = select(load_specs(prefect_file), args.only)
         env = shared_env(specs)
     except ValueError as exc:
         log.error("%s", exc)

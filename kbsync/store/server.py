@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 

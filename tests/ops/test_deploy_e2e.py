@@ -12,125 +12,22 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import httpx
-import psutil
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-PREFECT = str(BIN / "prefect")
-KBSYNC = str(BIN / "kbsync")
+from opskit import BIN, PREFECT, ROOT, Stack, cli, free_port, start, stop, tail, wait_for
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 POOL = "kbsync"  # prefect.yaml's work pool
 HAS_EVALUATE = (ROOT / "flows" / "evaluate.py").exists()
 INGEST_DEPLOYMENTS = ["nightly-sync", "backfill", "ci-reindex"]
 
 pytestmark = pytest.mark.slow
-
-
-@dataclass
-class Stack:
-    api: str
-    env: dict[str, str]          # for CLI clients
-    worker_env: dict[str, str]   # what flow runs see (kbsync settings)
-    tmp: Path
-    http: httpx.Client
-
-    def post(self, path: str, body: dict | None = None) -> Any:
-        response = self.http.post(path, json=body or {})
-        response.raise_for_status()
-        return response.json()
-
-    def get(self, path: str) -> Any:
-        response = self.http.get(path)
-        response.raise_for_status()
-        return response.json()
-
-    def deployments(self) -> dict[str, dict]:
-        return {d["name"]: d for d in self.post("/deployments/filter")}
-
-    def runs(self, body: dict) -> list[dict]:
-        return self.post("/flow_runs/filter", body)
-
-    def runs_of(self, deployment: str) -> list[dict]:
-        dep_id = self.deployments()[deployment]["id"]
-        return self.runs({"flow_runs": {"deployment_id": {"any_": [dep_id]}}})
-
-    def state(self, run_id: str) -> str:
-        return self.get(f"/flow_runs/{run_id}")["state_name"]
-
-    def children(self, run_id: str) -> list[dict]:
-        return self.runs({"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}})
-
-    def cancel(self, run_id: str) -> None:
-        """What the UI's Cancel button (and `prefect flow-run cancel`) asks of the API."""
-        self.post(f"/flow_runs/{run_id}/set_state",
-                  {"state": {"type": "CANCELLING", "name": "Cancelling"}})
-
-    def artifacts(self, run_ids: list[str]) -> list[dict]:
-        return self.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": run_ids}}})
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    with log.open("wb") as out:  # the child keeps its own handle
-        return subprocess.Popen(args, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-
-
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
-    """Signal ``proc``, wait, then end any descendant it left behind (all by pid)."""
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-    _, alive = psutil.wait_procs(family, timeout=5)
-    for child in alive:
-        child.terminate()
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    for child in alive:
-        child.kill()
-    return proc.returncode
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-
-def cli(stack: Stack, *args: str, timeout: float = 120, env: dict | None = None):
-    return subprocess.run([PREFECT, *args], env=env or stack.env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def _run_id(output: str) -> str:
@@ -155,7 +52,7 @@ def _share(path: Path, files: dict[str, bytes | str]) -> Path:
 def stack(tmp_path_factory):
     """Server + work pool + deployments from prefect.yaml + a process worker."""
     tmp = tmp_path_factory.mktemp("ops")
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBSYNC_"))}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(tmp / "prefect"),
@@ -170,25 +67,25 @@ def stack(tmp_path_factory):
     http = httpx.Client(base_url=api, timeout=30)
     try:
         server_log = tmp / "server.log"
-        procs.append(_start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+        procs.append(start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
                              "--no-scheduler", "--no-ui", "--analytics-off"], server_env,
                             server_log))
 
         def healthy() -> bool:
-            assert procs[0].poll() is None, f"server exited:\n{_tail(server_log)}"
+            assert procs[0].poll() is None, f"server exited:\n{tail(server_log)}"
             try:
                 return http.get("/health").status_code == 200
             except httpx.TransportError:
                 return False
 
-        _wait_for(healthy, 150, "the Prefect server")
+        wait_for(healthy, 150, "the Prefect server")
         stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
         made = cli(stack, "work-pool", "create", POOL, "--type", "process")
         assert made.returncode == 0, made.stdout + made.stderr
         # The worker starts while `prefect deploy` runs. It serves the `default` queue only, so
         # evaluate runs (queue `evaluate`) wait to be inspected instead of being executed here.
         worker_log = tmp / "worker.log"
-        procs.append(_start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
+        procs.append(start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
                              "--work-queue", "default"], worker_env, worker_log))
         # The documented command when every entrypoint exists; per name while evaluate is missing.
         names = ["--all"] if HAS_EVALUATE else [a for n in INGEST_DEPLOYMENTS for a in ("-n", n)]
@@ -196,15 +93,15 @@ def stack(tmp_path_factory):
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
 
         def worker_online() -> bool:
-            assert procs[1].poll() is None, f"worker exited:\n{_tail(worker_log)}"
+            assert procs[1].poll() is None, f"worker exited:\n{tail(worker_log)}"
             workers = stack.post(f"/work_pools/{POOL}/workers/filter")
             return any(w["status"] == "ONLINE" for w in workers)
 
-        _wait_for(worker_online, 60, "the worker")
+        wait_for(worker_online, 60, "the worker")
         yield stack
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
         http.close()
 
 
@@ -302,12 +199,29 @@ def test_reindex_event_starts_a_run_with_the_payload_roots(stack):
         return [r for r in stack.runs_of("ci-reindex")
                 if (r["created_by"] or {}).get("type") == "AUTOMATION"]
 
-    (run,) = _wait_for(triggered, 60, "the automation's flow run")
+    (run,) = wait_for(triggered, 60, "the automation's flow run")
     # The single-expression template kept its JSON type (a list) and the default namespace.
     assert run["parameters"] == {"roots": [str(share)], "namespace": "default"}
-    final = _wait_for(lambda: stack.state(run["id"]) in {"Completed", "Failed", "Crashed"}
+    final = wait_for(lambda: stack.state(run["id"]) in {"Completed", "Failed", "Crashed"}
                       and stack.state(run["id"]), 150, "the triggered run to finish")
     assert final == "Completed"
+
+    # Without roots in the payload the automation's action fails and no run starts.
+    done = cli(stack, "event", "emit", "kbsync.reindex.requested",
+               "--resource-id", "kbsync.ci.tests", "--payload", json.dumps({"namespace": "x"}))
+    assert done.returncode == 0, done.stdout + done.stderr
+    event_id = re.search(r"with ID\s+([0-9a-f-]{36})", done.stdout).group(1)
+
+    def action_failed() -> list[dict]:
+        events = stack.post("/events/filter", {"filter": {"event": {
+            "name": ["prefect.automation.action.failed"]}}, "limit": 50})["events"]
+        return [e for e in events
+                if any(r["prefect.resource.id"] == f"prefect.event.{event_id}"
+                       for r in e["related"])]
+
+    (failed,) = wait_for(action_failed, 60, "the automation to report its failed action")
+    assert failed["payload"]["reason"].startswith("Unable to create flow run")
+    assert len(triggered()) == 1
 
 
 def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes(stack):
@@ -328,9 +242,9 @@ def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes
             "flow_run_id": {"any_": children}, "name": {"like_": "upsert"},
             "state": {"type": {"any_": ["COMPLETED"]}}}}))
 
-    _wait_for(some_documents_written, 120, "the first written batch")
+    wait_for(some_documents_written, 120, "the first written batch")
     stack.cancel(run_id)
-    _wait_for(lambda: stack.state(run_id) == "Cancelled", 90, "the cancellation")
+    wait_for(lambda: stack.state(run_id) == "Cancelled", 90, "the cancellation")
 
     again = cli(stack, "deployment", "run", "ingest/backfill", "--param", roots,
                 "--param", "namespace=cancel", "--watch", "--watch-timeout", "180", timeout=240)
@@ -354,13 +268,13 @@ def test_completed_nightly_sync_triggers_evaluate(stack):
                f"roots={json.dumps([str(share)])}", "--param", "namespace=nightly",
                "--watch", "--watch-timeout", "180", timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    (run,) = _wait_for(lambda: stack.runs_of("evaluate"), 60, "the evaluate run")
+    (run,) = wait_for(lambda: stack.runs_of("evaluate"), 60, "the evaluate run")
     assert run["created_by"]["type"] == "AUTOMATION"
     assert run["parameters"]["queries_file"] == "data/eval/sample_queries.jsonl"
     # No worker serves the evaluate queue here (the flow is tested in tests/flows): withdraw it.
     assert run["state_name"] == "Scheduled"
     stack.cancel(run["id"])
-    _wait_for(lambda: stack.state(run["id"]) == "Cancelled", 30, "the evaluate run to go")
+    wait_for(lambda: stack.state(run["id"]) == "Cancelled", 30, "the evaluate run to go")
 
 
 def test_secret_block_reaches_the_run_env_and_is_stored_nowhere_else(stack):
@@ -402,20 +316,20 @@ def test_serve_registers_and_stops_cleanly_on_sigterm(stack):
     # DEBUG shows the runner's first poll, i.e. that it has started and owns SIGTERM.
     env = {**stack.worker_env, "PREFECT_LOGGING_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1",
            "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
-    proc = _start([sys.executable, str(ROOT / "deployments" / "serve.py"), *names], env, log)
+    proc = start([sys.executable, str(ROOT / "deployments" / "serve.py"), *names], env, log)
     try:
         def polling() -> bool:
-            assert proc.poll() is None, f"serve.py exited:\n{_tail(log)}"
+            assert proc.poll() is None, f"serve.py exited:\n{tail(log)}"
             return re.search(r"Discovered \d+ scheduled flow runs", log.read_text(errors="replace"))
 
-        _wait_for(polling, 90, "serve.py's runner to poll")
+        wait_for(polling, 90, "serve.py's runner to poll")
         deps = stack.deployments()
         assert all(deps[n]["updated"] != before[n] and not deps[n]["paused"]
                    for n in INGEST_DEPLOYMENTS)
         assert "Your deployments are being served" in log.read_text()
-        code = _stop(proc, signal.SIGTERM, timeout=30)
+        code = stop(proc, signal.SIGTERM, timeout=30)
     finally:
-        _stop(proc, signal.SIGKILL, timeout=5)
-    assert code == 0, _tail(log)
+        stop(proc, signal.SIGKILL, timeout=5)
+    assert code == 0, tail(log)
     # The runner's clean shutdown path paused what it served.
     assert all(stack.deployments()[n]["paused"] for n in INGEST_DEPLOYMENTS)

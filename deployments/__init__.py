@@ -1,0 +1,1 @@
+"""Serving scripts and examples for running kbsync under Prefect (see docs/OPERATIONS.md)."""
