@@ -23,27 +23,28 @@ from tasks.resources import release, runtime_for
 
 @flow(name="evaluate", log_prints=False, validate_parameters=True)
 def evaluate(
-    queries_file: Annotated[str, Field(min_length=1, description=(
-        "JSONL ({\"query\": ..., \"relevant\": [doc_id, ...]}) or CSV (query,relevant with "
-        "|-separated doc_ids) file of labelled queries."))],
-    namespace: Annotated[str, Field(min_length=1, max_length=200, description=(
-        "Namespace to search; the labelled doc_ids must live there."))] = "default",
-    k: Annotated[int, Field(ge=1, le=100, description=(
-        "Documents ranked per query for hit@k, MRR@k and recall@k (nDCG is always @10)."))]
-        = 10,
-    modes: Annotated[list[str], Field(min_length=1, description=(
-        "Retrieval modes to compare: dense, hybrid, optionally +mqeN / +hyde "
-        "(e.g. dense+mqe3)."))] = ["dense"],  # noqa: B006 - Prefect needs a literal default
-    report_dir: Annotated[str, Field(min_length=1, description=(
-        "Folder for per-run CSV/Markdown/PNG, latest.json and history.jsonl; the gate "
-        "compares with earlier runs kept here."))] = "reports/eval",
-    regression_margin: Annotated[float, Field(ge=0, le=1, description=(
-        "The run fails when nDCG@10 of any mode drops by more than this against the "
-        "baseline run."))] = 0.02,
-    accept_regression: Annotated[bool, Field(description=(
-        "Record a drop as the new baseline instead of failing."))] = False,
+    queries_file: Annotated[str, Field(min_length=1)],
+    namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
+    k: Annotated[int, Field(ge=1, le=100)] = 10,
+    modes: Annotated[list[str], Field(min_length=1)] = ["dense"],  # noqa: B006 - literal default
+    report_dir: Annotated[str, Field(min_length=1)] = "reports/eval",
+    regression_margin: Annotated[float, Field(ge=0, le=1)] = 0.02,
+    accept_regression: bool = False,
 ) -> dict:
-    """Evaluate retrieval over a labelled query set and return the JSON result."""
+    """Evaluate retrieval over a labelled query set and return the JSON result.
+
+    Parameter descriptions live here: Prefect builds the deployment form's schema
+    from this Args section (it drops ``Field(description=...)`` metadata).
+
+    Args:
+        queries_file: JSONL ({"query": ..., "relevant": [doc_id, ...]}) or CSV (query,relevant with |-separated doc_ids) file of labelled queries.
+        namespace: Namespace to search; the labelled doc_ids must live there.
+        k: Documents ranked per query for hit@k, MRR@k and recall@k (nDCG is always @10).
+        modes: Retrieval modes to compare: dense, hybrid, optionally +mqeN / +hyde (e.g. dense+mqe3).
+        report_dir: Folder for per-run CSV/Markdown/PNG, latest.json and history.jsonl; the gate compares with earlier runs kept here.
+        regression_margin: The run fails when nDCG@10 of any mode drops by more than this against the baseline run.
+        accept_regression: Record a drop as the new baseline instead of failing.
+    """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
     settings = Settings()
     specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
