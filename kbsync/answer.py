@@ -121,8 +121,9 @@ def ask(
         ValueError: blank question or bad k (from search).
         KbsyncError: the store or the chat model failed (never an empty answer).
     """
+    # Dense on purpose: min_score is a cosine threshold here, meaningless for RRF scores.
     result = search(question, store=store, service=service, collection=collection,
-                    namespace=namespace, k=k)
+                    namespace=namespace, k=k, mode="dense")
     context = _context(result.results, min_score, max_context_chars)
     answer = Answer(query=question, namespace=namespace, mode=result.mode, answer="",
                     answered=False, citations=[], raw_count=result.raw_count,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kbsync.chunk import CHUNKER_VERSION, ChunkConfig
 from kbsync.convert import CONVERTER_VERSION
 from kbsync.settings import Settings
+from kbsync.sparse import SPARSE_VERSION
 from kbsync.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
 from kbsync.sync import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
@@ -43,6 +44,7 @@ class Runtime:
             chunk_tokens=self.chunk_config.max_tokens,
             chunk_overlap=self.chunk_config.overlap,
             chunk_max_chars=self.chunk_config.max_chars,
+            sparse=SPARSE_VERSION,
             provider=self.service.provider,
             model=self.service.model,
             dimension=self.service.dimension,

@@ -46,6 +46,7 @@ def client(chat, **kwargs) -> ChatClient:
 
 
 def run(kb, service, query: str, **options):
+    options.setdefault("mode", "dense")  # these tests measure the expansions on dense search
     return search(query, store=kb, service=service, collection=COLL, k=K, **options)
 
 

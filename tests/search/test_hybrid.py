@@ -53,7 +53,7 @@ def run_search(runtime, query: str, **options):
 
 def test_hybrid_finds_the_error_code_dense_misses(ingested) -> None:
     question = "what is the ERR_7Q4Z error"
-    dense = run_search(ingested, question, k=5)
+    dense = run_search(ingested, question, k=5, mode="dense")
     assert RUNBOOK not in [h.doc_id for h in dense.results]
     hybrid = run_search(ingested, question, k=5, mode="hybrid")
     assert hybrid.mode == "hybrid"
@@ -72,7 +72,7 @@ def test_hybrid_handles_chinese_queries(ingested) -> None:
 def test_a_query_with_no_terms_still_searches_dense(ingested) -> None:
     # Only stop words: the sparse query is empty, the fused list is the dense one.
     hybrid = run_search(ingested, "is it the one", k=3, mode="hybrid")
-    dense = run_search(ingested, "is it the one", k=3)
+    dense = run_search(ingested, "is it the one", k=3, mode="dense")
     assert [h.doc_id for h in hybrid.results] == [h.doc_id for h in dense.results]
 
 
