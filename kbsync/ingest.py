@@ -224,7 +224,8 @@ def delete_missing(rp: RootPlan, runtime, namespace: str) -> int:
 
 def process_batch(items, *, runtime, namespace: str, run_id: str) -> list[StageResult]:
     """convert -> chunk -> embed -> write for one batch, in a plain call chain."""
-    converted = convert_stage(items, max_bytes=int(runtime.settings.max_file_mb * 2**20))
+    converted = convert_stage(items, max_bytes=int(runtime.settings.max_file_mb * 2**20),
+                              converter=runtime.converter())
     chunked = chunk_stage(converted.work, config=runtime.chunk_config)
     embedded = embed_stage(chunked.work, service=runtime.service)
     written = write_stage(embedded.work, runtime=runtime, namespace=namespace, run_id=run_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kbsync.chunk import ChunkConfig, chunk_document
 from kbsync.convert import convert
@@ -58,7 +58,8 @@ def failure_of(source: SourceFile, exc: BaseException) -> Failure:
                    message=message)
 
 
-def convert_stage(items: Sequence[PlanItem], *, max_bytes: int) -> StageResult:
+def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
+                  converter: Callable[..., Document] = convert) -> StageResult:
     """Convert each file to Markdown; every error becomes a one-line failure.
 
     Discovery already left out unsupported extensions, so an ``UnsupportedFormat``
@@ -68,8 +69,8 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int) -> StageResult:
     for item in items:
         work = DocWork(item=item)
         try:
-            work.document = convert(work.source.path, doc_id=work.source.doc_id,
-                                    max_bytes=max_bytes)
+            work.document = converter(work.source.path, doc_id=work.source.doc_id,
+                                      max_bytes=max_bytes)
         except Exception as exc:  # noqa: BLE001 - one bad file must never stop the batch
             if not isinstance(exc, KbsyncError):
                 log.exception("converter crashed on %s", work.source.doc_id)

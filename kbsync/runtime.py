@@ -7,10 +7,11 @@ embedded engine allows one handle per folder, and the local model loads once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from kbsync.chunk import CHUNKER_VERSION, ChunkConfig
-from kbsync.convert import CONVERTER_VERSION
+from kbsync.convert import CONVERTER_VERSION, convert
 from kbsync.settings import Settings
 from kbsync.sparse import SPARSE_VERSION
 from kbsync.state import StateStore, fingerprint
@@ -29,6 +30,26 @@ class Runtime:
     states: StateStore
     service: object  # kbsync.embed.pipeline.EmbeddingService
     chunk_config: ChunkConfig
+    _converter: object = field(default=None, repr=False)
+    _converter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def converter(self):
+        """The conversion function: isolated worker processes unless disabled.
+
+        The pool starts on first use (workers preload the converters, ~5 s), so
+        runs with nothing to convert never pay for it.
+        """
+        if not self.settings.convert_isolation:
+            return convert
+        with self._converter_lock:
+            if self._converter is None:
+                from kbsync.convert.isolate import IsolatedConverter
+
+                self._converter = IsolatedConverter(
+                    workers=self.settings.convert_workers,
+                    timeout_s=self.settings.convert_timeout_s,
+                    memory_mb=self.settings.convert_memory_mb)
+            return self._converter.convert
 
     @property
     def collection(self) -> str:
@@ -75,5 +96,8 @@ class Runtime:
                                             overlap=settings.chunk_overlap))
 
     def close(self) -> None:
-        """Release the store handle."""
+        """Release the store handle and stop the conversion workers."""
+        if self._converter is not None:
+            self._converter.close()
+            self._converter = None
         self.store.close()

@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     task_workers: int = Field(3, ge=1, le=256, description="Parallel batches (threads/workers).")
     dask_address: str | None = Field(None, description="Existing Dask scheduler; unset = local.")
     lock_timeout_s: float = Field(0.0, ge=0, description="Wait this long for another writer.")
+    convert_isolation: bool = Field(
+        True, description="Convert in worker processes with a timeout and a memory limit.")
+    convert_workers: int = Field(2, ge=1, le=64, description="Conversion worker processes.")
+    convert_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit per file.")
+    convert_memory_mb: int = Field(2048, ge=256, description="Address-space limit per worker.")
     max_file_mb: float = Field(100.0, gt=0, description="Files above this size are refused.")
 
     @property

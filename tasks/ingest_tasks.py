@@ -53,7 +53,8 @@ def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncM
 @task(name="convert", tags=["kbsync", "convert"], **COMMON)
 def convert_batch(items: list[PlanItem], settings: Settings) -> pipeline.StageResult:
     """Convert a batch of files to Markdown."""
-    return pipeline.convert_stage(items, max_bytes=int(settings.max_file_mb * 2**20))
+    return pipeline.convert_stage(items, max_bytes=int(settings.max_file_mb * 2**20),
+                                  converter=runtime_for(settings).converter())
 
 
 @task(name="chunk", tags=["kbsync", "chunk"], **COMMON)

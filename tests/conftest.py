@@ -20,6 +20,9 @@ def settings(tmp_path, monkeypatch):
             monkeypatch.delenv(key)
     monkeypatch.setenv("KBSYNC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("KBSYNC_EMBED_PROVIDER", "hash")
+    # In-process conversion keeps these tests fast; the isolated default (worker processes)
+    # is exercised by the flow, CLI and crash tests.
+    monkeypatch.setenv("KBSYNC_CONVERT_ISOLATION", "false")
     return Settings()
 
 

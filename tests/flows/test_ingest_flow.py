@@ -33,7 +33,8 @@ def _task_names(flow_run_id) -> set[str]:
     return {r.name.rsplit("-", 1)[0] for r in runs}  # task run names are "<task>-<suffix>"
 
 
-def test_ingest_sample_then_rerun_is_unchanged(prefect_api, settings, tmp_path):
+def test_ingest_sample_then_rerun_is_unchanged(prefect_api, settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("KBSYNC_CONVERT_ISOLATION", "true")  # the default: worker processes
     share = tmp_path / "sample"
     shutil.copytree(SAMPLE, share)
     state = ingest(roots=[str(share)], namespace="flow-test", return_state=True)
@@ -52,7 +53,9 @@ def test_ingest_sample_then_rerun_is_unchanged(prefect_api, settings, tmp_path):
     assert second["embeddings_computed"] == 0 and second["added"] == second["updated"] == 0
 
 
-def test_a_failing_file_fails_the_run_but_not_the_others(prefect_api, settings, tmp_path):
+def test_a_failing_file_fails_the_run_but_not_the_others(prefect_api, settings, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.setenv("KBSYNC_CONVERT_ISOLATION", "true")  # the default: worker processes
     share = tmp_path / "share"
     write_tree(share, {"good.md": "# Good\n\nFine text.", "ok.txt": "plain text here"})
     (share / "broken.pdf").write_bytes(b"%PDF-1.7 this is not really a pdf")
