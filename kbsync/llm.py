@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import openai
 
-from kbsync.embed.openai_provider import _KEYLIKE, parse_retry_after, redact_url
+from kbsync.embed.openai_provider import parse_retry_after, redact_url, scrub, server_message
 from kbsync.errors import KbsyncError, PermanentError, TransientError, UsageError
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _TRANSIENT_STATUS = {408, 409, 429}
 _MAX_BACKOFF_S = 8.0  # one search must not hang for minutes on a rate limit
-_MESSAGE_LIMIT = 300
 
 
 class LLMError(KbsyncError):
@@ -148,7 +147,7 @@ class ChatClient:
 
     def _status_error(self, exc: openai.APIStatusError) -> LLMError:
         status = exc.status_code
-        text = f"{self._where()}: HTTP {status}: {self._scrub(_message(exc))}"
+        text = f"{self._where()}: HTTP {status}: {self._scrub(server_message(exc))}"
         if status in _TRANSIENT_STATUS or status >= 500:
             err = LLMTransientError(text)
             err.retry_after = parse_retry_after(exc.response.headers)  # type: ignore[attr-defined]
@@ -168,21 +167,7 @@ class ChatClient:
         return f"chat endpoint {self.endpoint} (model {self.model!r})"
 
     def _scrub(self, text: str) -> str:
-        if self._secret:
-            text = text.replace(self._secret, "[redacted]")
-        return _KEYLIKE.sub("[redacted]", text)[:_MESSAGE_LIMIT]
+        return scrub(text, self._secret)
 
     def __repr__(self) -> str:  # no key, by construction
         return f"ChatClient(model={self.model!r}, endpoint={self.endpoint!r})"
-
-
-def _message(exc: openai.APIStatusError) -> str:
-    """The server's own error text (``error.message`` of an OpenAI-style body)."""
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-    return str(body or exc.message or "no message")

@@ -56,6 +56,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kbsync.cjk import CJK_WORD_CHARS
 from kbsync.store.base import SparseVec
 
 SPARSE_VERSION = "bm25-v1"
@@ -68,13 +69,7 @@ AVG_LEN = 160.0
 
 MAX_TOKEN_CHARS = 64  # longer "words" are base64 blobs, minified code or URLs glued together
 
-_CJK = (
-    "\u3040-\u30ff"  # hiragana, katakana
-    "\u3400-\u4dbf"  # CJK extension A
-    "\u4e00-\u9fff"  # CJK unified ideographs
-    "\uac00-\ud7af"  # hangul syllables
-    "\uf900-\ufaff"  # CJK compatibility ideographs
-)
+_CJK = CJK_WORD_CHARS
 # A CJK run, or a run of word characters that are not CJK (underscore included,
 # so identifiers stay whole).
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+)")

@@ -14,17 +14,12 @@ from collections import Counter
 from functools import lru_cache
 from typing import Sequence
 
+from kbsync.cjk import CJK_WORD_CHARS
 from kbsync.embed.base import TextKind
 
 # CJK ideographs, kana, hangul, CJK punctuation excluded: they have no spaces
 # between words, so they are indexed as character unigrams and bigrams.
-_CJK = (
-    "\u3040-\u30ff"  # hiragana, katakana
-    "\u3400-\u4dbf"  # CJK extension A
-    "\u4e00-\u9fff"  # CJK unified ideographs
-    "\uac00-\ud7af"  # hangul syllables
-    "\uf900-\ufaff"  # CJK compatibility ideographs
-)
+_CJK = CJK_WORD_CHARS
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_]+)")
 # Feature used when a text has no token at all, so even "" maps to a
 # deterministic non-zero unit vector (a zero vector would be rejected by the

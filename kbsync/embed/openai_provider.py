@@ -33,7 +33,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # almost any text; lower it for models with a 2,048-token limit (DashScope v2).
 DEFAULT_MAX_INPUT_CHARS = 8000
 _TRANSIENT_STATUS = {408, 409, 429}
-_MESSAGE_LIMIT = 300
+MESSAGE_LIMIT = 300
 # 400/422 messages that mean "fewer inputs per request would work", as worded
 # by OpenAI ("Too many inputs"), DashScope ("batch size is invalid, it should
 # not be larger than 10"), vLLM/TEI ("batch size ... exceeds") and OpenAI's
@@ -43,7 +43,7 @@ _BATCH_MESSAGE = re.compile(
     r"|array too long|tokens per request|should not be larger than",
     re.IGNORECASE,
 )
-_KEYLIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
+KEYLIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
@@ -255,7 +255,7 @@ class OpenAIEmbedder:
 
     def _status_error(self, exc: openai.APIStatusError) -> Exception:
         status = exc.status_code
-        message = self._scrub(_server_message(exc))
+        message = self._scrub(server_message(exc))
         text = f"{self._where()}: HTTP {status}: {message}"
         code = str(getattr(exc, "code", "") or "") + " " + str(getattr(exc, "type", "") or "")
         if status == 429 and "insufficient_quota" in code:
@@ -277,16 +277,20 @@ class OpenAIEmbedder:
 
     def _scrub(self, text: str) -> str:
         """Remove the key (and anything key-shaped) from text quoted from elsewhere."""
-        if self._secret:
-            text = text.replace(self._secret, "[redacted]")
-        text = _KEYLIKE.sub("[redacted]", text)
-        return text[:_MESSAGE_LIMIT]
+        return scrub(text, self._secret)
 
     def __repr__(self) -> str:  # no key, by construction
         return f"OpenAIEmbedder(model={self.model!r}, endpoint={self.endpoint!r})"
 
 
-def _server_message(exc: openai.APIStatusError) -> str:
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` without the key (verbatim or key-like tokens), cut to a one-line size."""
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    return KEYLIKE.sub("[redacted]", text)[:MESSAGE_LIMIT]
+
+
+def server_message(exc: openai.APIStatusError) -> str:
     """The server's own error text: ``error.message`` of an OpenAI-style body, else the body."""
     body = exc.body
     if isinstance(body, dict):
