@@ -1,0 +1,35 @@
+"""The run lock against a Qdrant server: a Prefect global concurrency limit per namespace."""
+
+from __future__ import annotations
+
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+
+from kbsync.errors import LockHeld
+from tasks.locking import limit_name, run_lock
+
+
+def test_server_mode_creates_and_holds_a_global_concurrency_limit(prefect_api, settings,
+                                                                 monkeypatch):
+    from kbsync.settings import Settings
+
+    monkeypatch.setenv("KBSYNC_QDRANT_URL", "http://127.0.0.1:9")  # never contacted here
+    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "1")
+    server_settings = Settings()
+    name = limit_name(server_settings, "Team A")
+    assert name == "kbsync-write-kbsync-team-a"
+
+    @flow
+    def hold_twice() -> None:
+        with run_lock(server_settings, "Team A"):
+            with get_client(sync_client=True) as client:
+                limit = client.read_global_concurrency_limit_by_name(name)
+            assert limit.limit == 1 and limit.active_slots == 1
+            with pytest.raises(LockHeld, match=name):
+                with run_lock(server_settings, "Team A"):
+                    pass
+
+    hold_twice()
+    with get_client(sync_client=True) as client:
+        assert client.read_global_concurrency_limit_by_name(name).active_slots == 0
