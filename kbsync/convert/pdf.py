@@ -261,7 +261,6 @@ def _render_page(lines: list[_Line], body: float, levels: dict[float, int],
     emitted: set[int] = set()
 
     def flush() -> None:
-        nonlocal heading_level
         if heading:
             title = _join_lines(heading)
             if len(heading) <= 3 and len(title) <= _MAX_HEADING_CHARS:

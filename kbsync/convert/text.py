@@ -142,7 +142,7 @@ def decode_text(data: bytes, name: str) -> tuple[str, str, list[str]]:
         except UnicodeDecodeError:
             # the sample decoded but a later byte did not: fall through to Latin-1
             logger.debug("%s: %s failed past the detection sample", name, encoding)
-    return data.decode("latin-1"), "latin-1", [f"encoding not recognised; decoded as Latin-1"]
+    return data.decode("latin-1"), "latin-1", ["encoding not recognised; decoded as Latin-1"]
 
 
 def _bomless_utf16(data: bytes) -> str | None:

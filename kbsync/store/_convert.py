@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from kbsync.errors import DimensionMismatch, InvalidVector, UsageError
+from kbsync.errors import DimensionMismatch, InvalidVector, KbsyncError, UsageError
 from kbsync.store.base import Filter, Match, Point, Scalar, SparseVec
 
 # Collection names become folder names in the edge adapter: keep them to a
@@ -304,3 +305,21 @@ def any_of_kind(values: Sequence[Scalar]) -> str:
     if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return "int"
     return "mixed"
+
+
+def error_context(translate: Callable[[Exception, str, str], KbsyncError]):
+    """A context manager ``errors(action, name)`` that turns vendor exceptions into ours.
+
+    Our own errors pass through; anything else the vendor raises becomes
+    ``translate(exc, action, name)``, chained with ``from`` for the traceback.
+    """
+    @contextmanager
+    def errors(action: str, name: str) -> Iterator[None]:
+        try:
+            yield
+        except KbsyncError:
+            raise
+        except Exception as exc:  # vendors raise bare/unrelated exception types
+            raise translate(exc, action, name) from exc
+
+    return errors

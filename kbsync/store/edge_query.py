@@ -21,9 +21,8 @@ suites in ``tests/store``):
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import qdrant_edge as qe
@@ -47,15 +46,8 @@ def translate(exc: Exception, action: str, name: str) -> KbsyncError:
     return StoreError(text)
 
 
-@contextmanager
-def errors(action: str, name: str) -> Iterator[None]:
-    """Translate everything the binding raises; let our own errors through."""
-    try:
-        yield
-    except KbsyncError:
-        raise
-    except Exception as exc:  # the binding raises bare Exception/TypeError/ValueError
-        raise translate(exc, action, name) from exc
+errors = cv.error_context(translate)
+"""``with errors(action, name):`` translates what the binding raises."""
 
 
 def _match_value(value: Scalar) -> Any:

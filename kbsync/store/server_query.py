@@ -10,8 +10,7 @@ the rest ``StoreError``.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 from qdrant_client import models
@@ -60,15 +59,8 @@ def translate(exc: Exception, action: str, name: str) -> KbsyncError:
     return StoreError(text)
 
 
-@contextmanager
-def errors(action: str, name: str) -> Iterator[None]:
-    """Translate everything qdrant-client raises; let our own errors through."""
-    try:
-        yield
-    except KbsyncError:
-        raise
-    except Exception as exc:  # qdrant-client raises many unrelated types
-        raise translate(exc, action, name) from exc
+errors = cv.error_context(translate)
+"""``with errors(action, name):`` translates what the qdrant-client raises."""
 
 
 def condition(match: Match) -> Any:
