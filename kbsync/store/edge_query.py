@@ -148,8 +148,9 @@ def no_sparse_error(name: str) -> StoreError:
     """The error for a sparse query on a collection made without ``sparse=True``."""
     return StoreError(
         f"edge store: collection {name!r} has no sparse vector {SPARSE!r} (made before hybrid "
-        "search existed): run `kbsync ingest` once, which adds it, then re-ingest with --force "
-        "so existing chunks get their BM25 vectors"
+        "search existed): run `kbsync ingest` on its roots again: it adds the sparse vector and "
+        "rewrites every document (the BM25 encoder is part of the settings fingerprint; "
+        "embeddings come from the cache), or search with --mode dense"
     )
 
 

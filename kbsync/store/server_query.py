@@ -102,8 +102,9 @@ def no_sparse(name: str) -> StoreError:
     """The error for sparse use of a collection made without ``sparse=True``."""
     return StoreError(
         f"qdrant: collection {name!r} has no sparse vector {SPARSE!r} (made before hybrid "
-        "search existed): run `kbsync ingest` once, which adds it, then re-ingest with --force "
-        "so existing chunks get their BM25 vectors"
+        "search existed): run `kbsync ingest` on its roots again: it adds the sparse vector and "
+        "rewrites every document (the BM25 encoder is part of the settings fingerprint; "
+        "embeddings come from the cache), or search with --mode dense"
     )
 
 
