@@ -78,7 +78,7 @@ def test_a_query_with_no_terms_still_searches_dense(ingested) -> None:
 
 def test_hybrid_on_a_collection_without_sparse_vectors_explains(runtime) -> None:
     runtime.store.ensure_collection("older", dimension=runtime.service.dimension)
-    with pytest.raises(StoreError, match="no sparse vector.*--force"):
+    with pytest.raises(StoreError, match="no sparse vector.*kbsync ingest.*--mode dense"):
         search("anything", store=runtime.store, service=runtime.service, collection="older",
                mode="hybrid")
 
