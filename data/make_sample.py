@@ -697,7 +697,7 @@ SERVICE_CATALOG = {
     ],
 }
 
-SCRIPT_PY = '''\\
+SCRIPT_PY = '''\
 """Rotate a project's API key: create the new key, then revoke the old one after the grace period.
 
 Usage: python rotate_api_keys.py PROJECT_ID [--grace-hours 24]
