@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from kbsync.chunk import ChunkConfig, chunk_document
 from kbsync.convert import convert
 from kbsync.errors import EmptyDocument, KbsyncError
-from kbsync.models import Chunk, Document, Failure, PlanAction, SourceFile
+from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.state import PlanItem
 from kbsync.sync import PreparedDoc, heal_document, write_document
 
@@ -170,7 +170,7 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
             result.failures.append(failure_of(work.source, exc))
             continue
         result.counters["added" if work.item.action is PlanAction.NEW else "updated"] += 1
-        result.counters["partial"] += state.status.value == "partial"
+        result.counters["partial"] += state.status is DocStatus.PARTIAL
         work.prepared = None
         work.chunks = []
     return result
@@ -195,5 +195,5 @@ def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
         result.counters["embeddings_computed"] += outcome.computed
         result.counters["embeddings_cached"] += outcome.cached
         result.counters["embeddings_failed"] += outcome.failed_count
-        result.counters["partial"] += state.status.value == "partial"
+        result.counters["partial"] += state.status is DocStatus.PARTIAL
     return result

@@ -9,7 +9,6 @@ import os
 import random
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 import pytest

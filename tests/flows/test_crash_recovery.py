@@ -80,7 +80,7 @@ def test_sigkill_at_several_points_converges_to_the_clean_index(prefect_api, tmp
     kills = 0
     for fraction in (0.45, 0.6, 0.75, 0.9):
         code, _ = _ingest(env, share, kill_after=clean_s * fraction)
-        kills += code == -signal.SIGKILL or code < 0
+        kills += code < 0  # killed by a signal, not finished
     code, _ = _ingest(env, share)
     assert code == 0
     crashed = _snapshot(crash_home)
