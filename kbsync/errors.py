@@ -111,3 +111,30 @@ class InvalidVector(PermanentError):
 
 class LockHeld(TransientError):
     """Another ingest holds the write lock for this collection and namespace."""
+
+
+# --- added for data safety on real shares (issues 10, 11) --------------------
+class InternalError(PermanentError):
+    """An unexpected exception (a kbsync bug or a vendor library's), contained to
+    the documents it hit: reported as their failure with a one-line message; the
+    traceback goes to the debug log."""
+
+
+class RootConflict(UsageError):
+    """A root NAME is bound to another path in this namespace, or roots overlap."""
+
+
+class EmbedderMismatch(UsageError):
+    """The configured embedder differs from the one the collection was built with."""
+
+
+class DiskFull(KbsyncError):
+    """Not enough free space under KBSYNC_HOME for the next write; nothing was lost."""
+
+
+class OrchestratorUnavailable(TransientError):
+    """The Prefect API stopped answering during a run; the run stops within a bound."""
+
+
+class StoreDrift(KbsyncError):
+    """The store no longer holds what the state records say (see ``kbsync verify``)."""
