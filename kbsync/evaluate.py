@@ -54,10 +54,12 @@ class ModeSpec:
     hyde: bool = False
 
     def search_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`kbsync.search.search` (only the non-default ones)."""
-        kwargs: dict[str, Any] = {}
-        if self.mode != "dense":
-            kwargs["mode"] = self.mode
+        """Keyword arguments for :func:`kbsync.search.search`.
+
+        ``mode`` is always passed: leaving it out meant search's own default, which
+        silently became hybrid, so a "dense" column measured hybrid.
+        """
+        kwargs: dict[str, Any] = {"mode": self.mode}
         if self.mqe:
             kwargs["mqe"] = self.mqe
         if self.hyde:
