@@ -113,7 +113,7 @@ def test_deploy_registers_prefect_yaml(stack):
             for s in nightly["schedules"]] == [("0 2 * * *", "UTC", True)]
     assert nightly["global_concurrency_limit"]["limit"] == 1
     assert nightly["concurrency_options"]["collision_strategy"] == "ENQUEUE"
-    assert nightly["parameters"]["mode"] == "incremental"
+    assert nightly["parameters"]["mode"] == "full"  # the nightly mirrors the share
     assert backfill["schedules"] == [] and backfill["parameters"] == {}
     for dep in (nightly, backfill, ci):
         assert dep["work_pool_name"] == POOL and dep["enforce_parameter_schema"] is True
@@ -275,6 +275,35 @@ def test_completed_nightly_sync_triggers_evaluate(stack):
     assert run["state_name"] == "Scheduled"
     stack.cancel(run["id"])
     wait_for(lambda: stack.state(run["id"]) == "Cancelled", 30, "the evaluate run to go")
+
+
+def _nightly(stack, share: Path, namespace: str) -> subprocess.CompletedProcess:
+    return cli(stack, "deployment", "run", "ingest/nightly-sync", "--param",
+               f"roots={json.dumps([str(share)])}", "--param", f"namespace={namespace}",
+               "--watch", "--watch-timeout", "180", timeout=240)
+
+
+def _documents(stack, namespace: str) -> int:
+    stats = subprocess.run([KBSYNC, "stats", "--namespace", namespace, "--json"],
+                           env=stack.worker_env, capture_output=True, text=True, timeout=120)
+    assert stats.returncode == 0, stats.stderr
+    return json.loads(stats.stdout)["namespaces"][namespace]["documents"]
+
+
+def test_nightly_sync_mirrors_deletions_and_refuses_an_emptied_share(stack):
+    share = _share(stack.tmp / "mirror", {f"m{i}.md": f"# Mirror {i}\n\nText {i}.\n"
+                                          for i in range(4)})
+    assert _nightly(stack, share, "mirror").returncode == 0
+    assert _documents(stack, "mirror") == 4
+    (share / "m0.md").unlink()  # deleted from the share: gone after one nightly run
+    again = _nightly(stack, share, "mirror")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _documents(stack, "mirror") == 3
+    for path in share.iterdir():  # an emptied (unmounted?) share: the guard refuses the run
+        path.unlink()
+    refused = _nightly(stack, share, "mirror")
+    assert refused.returncode != 0
+    assert _documents(stack, "mirror") == 3
 
 
 def test_secret_block_reaches_the_run_env_and_is_stored_nowhere_else(stack):

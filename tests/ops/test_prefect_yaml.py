@@ -47,12 +47,16 @@ def test_prefect_deploy_reads_every_deployment():
         assert config["enforce_parameter_schema"] is True
 
 
-def test_nightly_sync_is_a_0200_incremental_sync_one_at_a_time():
+def test_nightly_sync_is_a_0200_guarded_full_sync_one_at_a_time():
     nightly = specs()["nightly-sync"]
     assert nightly["entrypoint"] == "flows/ingest.py:ingest"
     assert nightly["schedules"] == [{"cron": "0 2 * * *", "timezone": "UTC", "active": True}]
     assert nightly["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
-    assert nightly["parameters"]["mode"] == "incremental"
+    # The nightly mirrors the share (deletions included) under the mass-delete guard.
+    assert nightly["parameters"]["mode"] == "full"
+    assert nightly["parameters"]["allow_mass_delete"] is False
+    assert nightly["parameters"]["max_delete_fraction"] == 0.5
+    assert "deleted" in nightly["description"] and "guard" in nightly["description"]
     assert nightly["parameters"]["roots"]
 
 
