@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from kbsync.errors import UsageError
-from kbsync.models import Failure, RootSpec, SourceFile
+from kbsync.models import Failure, RootSpec, SourceFile, display_path, display_text
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,9 @@ def parse_root(spec: str) -> RootSpec:
 
 
 def _display(raw: str) -> str:
-    """A name as valid UTF-8: undecodable bytes become ``\\xNN`` escapes."""
-    return os.fsencode(raw).decode("utf-8", "backslashreplace")
+    """A name as valid UTF-8: undecodable bytes become ``\\xNN`` escapes (one helper
+    for doc_ids, payloads and records: :func:`kbsync.models.display_path`)."""
+    return display_path(raw)
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -173,8 +174,9 @@ def _add_file(result: Discovery, root: RootSpec, path: Path, rel: str, accept) -
 
 def _problem(result: Discovery, rel: str, path: Path, error: str, reason) -> None:
     doc_id = f"{result.root.name}/{rel}" if rel else result.root.name
-    message = f"{_display(str(path))}: {reason}"
-    log.warning("skipped %s: %s", doc_id, reason)
+    # The reason may name another raw path (a symlink's target): escape the whole line.
+    message = display_text(f"{path}: {reason}")
+    log.warning("skipped %s: %s", doc_id, display_text(str(reason)))
     result.problems.append(Failure(doc_id=doc_id, path=_display(str(path)), error=error,
                                    message=message))
 

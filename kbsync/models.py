@@ -6,10 +6,42 @@ task to the next and Dask can ship them between processes.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def display_text(text: str) -> str:
+    """``text`` as valid UTF-8: each lone surrogate becomes a visible escape.
+
+    A surrogate from ``surrogateescape`` decoding (an undecodable byte of a
+    file name, U+DC80..U+DCFF) becomes ``\\xNN``, exactly what
+    ``os.fsencode(name).decode("utf-8", "backslashreplace")`` gives, so a path
+    and the doc_id derived from it show the same escape. Any other lone
+    surrogate becomes ``\\uNNNN``. Valid text is returned unchanged (fast path).
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def _escape_surrogate(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def display_path(path: os.PathLike | str) -> str:
+    """A path as valid UTF-8 for payloads, state records, failures and logs.
+
+    Never open the result: undecodable bytes are written as ``\\xNN`` escapes
+    (see :func:`display_text`), so only the original path names the file.
+    """
+    return display_text(os.fspath(path))
 
 
 class DocStatus(str, Enum):
@@ -55,6 +87,14 @@ class SourceFile:
     size: int
     mtime_ns: int
     content_hash: str | None = None
+
+    @property
+    def display(self) -> str:
+        """``path`` as valid UTF-8 (:func:`display_path`): what payloads and records store.
+
+        ``path`` itself stays the real OS path, the only one to open.
+        """
+        return display_path(self.path)
 
 
 @dataclass
@@ -127,12 +167,21 @@ class DocState:
 
 @dataclass(frozen=True)
 class Failure:
-    """A file that could not be processed, as reported in ``failures``."""
+    """A file that could not be processed, as reported in ``failures``.
+
+    Invariant: every field is valid UTF-8 (lone surrogates escaped by
+    :func:`display_text`), whatever path or exception text it was built from,
+    so the JSON summary and the Prefect artifact always serialise.
+    """
 
     doc_id: str
     path: str
     error: str
     message: str
+
+    def __post_init__(self) -> None:
+        for name in ("doc_id", "path", "error", "message"):
+            object.__setattr__(self, name, display_text(str(getattr(self, name))))
 
     def to_dict(self) -> dict[str, str]:
         """JSON form."""

@@ -2,7 +2,10 @@
 
 Each function takes a batch of documents, never raises for one bad file, and
 returns a :class:`StageResult` with the documents that go on, the failures, and
-counters. ``tasks/`` wraps each one in a Prefect task; :func:`run_plain` chains
+counters. An unexpected exception (not a :class:`KbsyncError`: a kbsync bug, a
+vendor ``TypeError``) becomes the failure of the documents it hit, as an
+``InternalError`` with a one-line message (traceback at debug level); only the
+conditions of the whole run in :data:`RUN_LEVEL_ERRORS` propagate. ``tasks/`` wraps each one in a Prefect task; :func:`run_plain` chains
 them in a plain loop (used by tests and the benchmark that measures the
 orchestration overhead).
 """
@@ -16,12 +19,17 @@ from typing import Callable, Sequence
 
 from kbsync.chunk import ChunkConfig, chunk_document
 from kbsync.convert import convert
-from kbsync.errors import EmptyDocument, KbsyncError
+from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalError, KbsyncError,
+                           LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.state import PlanItem
 from kbsync.sync import PreparedDoc, heal_document, write_document
 
 log = logging.getLogger(__name__)
+
+RUN_LEVEL_ERRORS: tuple[type[KbsyncError], ...] = (
+    StoreUnavailable, DiskFull, LockHeld, EmbeddingOutage, OrchestratorUnavailable)
+"""Conditions of the whole run: no stage turns them into a document's failure."""
 
 
 @dataclass
@@ -63,11 +71,36 @@ class StageResult:
                 f"{dict(self.counters)})")
 
 
-def failure_of(source: SourceFile, exc: BaseException) -> Failure:
-    """A one-line failure record for ``source``; the error name is the exception type."""
-    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return Failure(doc_id=source.doc_id, path=str(source.path), error=type(exc).__name__,
-                   message=message)
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else ""
+
+
+def failure_of(source: SourceFile, exc: BaseException, stage: str = "") -> Failure:
+    """A one-line failure record for ``source``.
+
+    A :class:`KbsyncError` is reported under its own kind; any other exception
+    is an ``InternalError`` whose message names the exception type and the
+    stage: ``InternalError: ValueError: <first line> (while embedding)``.
+    """
+    if isinstance(exc, KbsyncError):
+        return Failure(doc_id=source.doc_id, path=source.display, error=exc.kind,
+                       message=_first_line(exc) or exc.kind)
+    detail = ": ".join(filter(None, (type(exc).__name__, _first_line(exc))))
+    where = f" (while {stage})" if stage else ""
+    return Failure(doc_id=source.doc_id, path=source.display, error=InternalError.__name__,
+                   message=f"{InternalError.__name__}: {detail}{where}")
+
+
+def contain(result: StageResult, source: SourceFile, exc: Exception, stage: str) -> None:
+    """Record an unexpected exception as ``source``'s failure: one line, traceback at debug.
+
+    Never a silent swallow: the failure is counted in ``failures`` and logged.
+    """
+    failure = failure_of(source, exc, stage)
+    log.warning("%s: %s", source.doc_id, failure.message)
+    log.debug("traceback of the failure of %s while %s", source.doc_id, stage, exc_info=exc)
+    result.failures.append(failure)
 
 
 def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
@@ -83,10 +116,13 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
         try:
             work.document = converter(work.source.path, doc_id=work.source.doc_id,
                                       max_bytes=max_bytes)
-        except Exception as exc:  # noqa: BLE001 - one bad file must never stop the batch
-            if not isinstance(exc, KbsyncError):
-                log.exception("converter crashed on %s", work.source.doc_id)
+        except RUN_LEVEL_ERRORS:
+            raise
+        except KbsyncError as exc:
             result.failures.append(failure_of(work.source, exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - one bad file must never stop the batch
+            contain(result, work.source, exc, "converting")
             continue
         work.title, work.source_type = work.document.title, work.document.source_type
         result.counters["converter_warnings"] += len(work.document.warnings)
@@ -99,13 +135,20 @@ def chunk_stage(works: Sequence[DocWork], *, config: ChunkConfig) -> StageResult
     result = StageResult()
     for work in works:
         assert work.document is not None
-        chunked = chunk_document(work.document, config)
+        try:
+            chunked = chunk_document(work.document, config)
+        except RUN_LEVEL_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - contained to this document
+            work.document = None
+            contain(result, work.source, exc, "chunking")
+            continue
         result.counters["chunks_raw"] += chunked.raw
         result.counters["chunks_kept"] += chunked.kept
         work.document = None
         if not chunked.chunks:
             result.failures.append(failure_of(work.source, EmptyDocument(
-                f"{work.source.path}: no text left after chunking")))
+                f"{work.source.display}: no text left after chunking")))
             continue
         work.chunks = chunked.chunks
         result.work.append(work)
@@ -118,12 +161,46 @@ def embed_stage(works: Sequence[DocWork], *, service) -> StageResult:
     A document whose every chunk fell back to the zero vector is reported as
     failed and not written, so its previous version stays; one with some
     fallbacks is written with status ``partial`` and healed by the next run.
+
+    An unexpected exception from the batch call is retried document by document
+    (the cache keeps what the batch call already computed), so only the
+    documents that fail again become ``InternalError`` failures. Kbsync errors
+    (a refused key, a wrong model) still propagate: they are the run's.
     """
     result = StageResult()
     texts = [c.text for w in works for c in w.chunks]
     if not texts:
         return result
-    outcome = service.embed_passages(texts)
+    try:
+        outcome = service.embed_passages(texts)
+    except KbsyncError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - narrowed to the documents below
+        log.warning("embedding a batch of %d documents failed (%s: %s); embedding them one "
+                    "by one", len(works), type(exc).__name__, _first_line(exc))
+        log.debug("traceback of the batch embedding failure", exc_info=exc)
+        return _embed_each(works, service=service)
+    _assign(result, works, outcome)
+    return result
+
+
+def _embed_each(works: Sequence[DocWork], *, service) -> StageResult:
+    """The per-document fallback of :func:`embed_stage`."""
+    result = StageResult()
+    for work in works:
+        try:
+            outcome = service.embed_passages([c.text for c in work.chunks])
+        except KbsyncError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - contained to this document
+            contain(result, work.source, exc, "embedding")
+            continue
+        _assign(result, [work], outcome)
+    return result
+
+
+def _assign(result: StageResult, works: Sequence[DocWork], outcome) -> None:
+    """Hand each document its slice of ``outcome``, in order; count and fail as documented."""
     result.counters["embeddings_computed"] += outcome.computed
     result.counters["embeddings_cached"] += outcome.cached
     result.counters["embeddings_truncated"] += outcome.truncated
@@ -135,7 +212,7 @@ def embed_stage(works: Sequence[DocWork], *, service) -> StageResult:
         if all(failed):
             result.counters["embeddings_failed"] += len(failed)
             result.failures.append(Failure(
-                work.source.doc_id, str(work.source.path), "EmbeddingFailed",
+                work.source.doc_id, work.source.display, "EmbeddingFailed",
                 f"{work.source.doc_id}: embedding failed for all {len(failed)} chunks after "
                 "retries; previous version kept"))
             continue
@@ -144,7 +221,6 @@ def embed_stage(works: Sequence[DocWork], *, service) -> StageResult:
                                     failed=failed, title=work.title,
                                     source_type=work.source_type)
         result.work.append(work)
-    return result
 
 
 def merge(results: Sequence[StageResult]) -> StageResult:
@@ -166,8 +242,13 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
             state = write_document(work.prepared, store=runtime.store, states=runtime.states,
                                    collection=runtime.collection, namespace=namespace,
                                    fingerprint=runtime.fingerprint, run_id=run_id)
+        except RUN_LEVEL_ERRORS:
+            raise
         except KbsyncError as exc:
             result.failures.append(failure_of(work.source, exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - contained to this document
+            contain(result, work.source, exc, "writing")
             continue
         result.counters["added" if work.item.action is PlanAction.NEW else "updated"] += 1
         result.counters["partial"] += state.status is DocStatus.PARTIAL
@@ -188,8 +269,13 @@ def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
                 source, item.previous, store=runtime.store, states=runtime.states,
                 service=runtime.service, collection=runtime.collection, namespace=namespace,
                 run_id=run_id)
+        except RUN_LEVEL_ERRORS:
+            raise
         except KbsyncError as exc:
             result.failures.append(failure_of(source, exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - contained to this document
+            contain(result, source, exc, "healing")
             continue
         result.counters["updated"] += 1
         result.counters["embeddings_computed"] += outcome.computed

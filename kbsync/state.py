@@ -190,8 +190,8 @@ def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
     try:
         digest = hash_file(source.path)
     except OSError as exc:
-        plan.failures.append(Failure(source.doc_id, str(source.path), "PermissionDenied",
-                                     f"{source.path}: cannot read: {exc.strerror or exc}"))
+        plan.failures.append(Failure(source.doc_id, source.display, "PermissionDenied",
+                                     f"{source.display}: cannot read: {exc.strerror or exc}"))
         return None
     plan.hashed += 1
     return _with_hash(source, digest)

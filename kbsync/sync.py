@@ -55,6 +55,10 @@ class PreparedDoc:
 def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
     """The points of one document (payload = the citation fields plus bookkeeping).
 
+    Every payload string is valid UTF-8: ``path`` is the display form of the
+    file's path (undecodable bytes as ``\\xNN``, like the doc_id), never the raw
+    OS path, which the engines refuse.
+
     Each point carries the dense vector and the BM25 sparse vector of its text
     (``kbsync.sparse.encode_document``; the collection must have ``sparse=True``).
     """
@@ -62,7 +66,7 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
     for chunk, vector, failed in zip(doc.chunks, doc.vectors, doc.failed, strict=True):
         payload = {
             "namespace": namespace, "doc_id": doc.source.doc_id, "root": doc.source.root,
-            "path": str(doc.source.path), "rel_path": doc.source.rel_path,
+            "path": doc.source.display, "rel_path": doc.source.rel_path,
             "chunk_index": chunk.chunk_index, "text": chunk.text,
             "heading_path": chunk.heading_path, "page_start": chunk.page_start,
             "page_end": chunk.page_end, "content_hash": doc.source.content_hash,
@@ -105,7 +109,7 @@ def write_document(
         store.delete_ids(collection, stale)
     state = DocState(
         doc_id=doc.source.doc_id, namespace=namespace, root=doc.source.root,
-        path=str(doc.source.path), content_hash=doc.source.content_hash or "",
+        path=doc.source.display, content_hash=doc.source.content_hash or "",
         fingerprint=fingerprint, chunk_count=len(points), status=doc.status,
         updated_at=utc_now(), run_id=run_id, size=doc.source.size,
         mtime_ns=doc.source.mtime_ns,

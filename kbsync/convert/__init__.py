@@ -34,7 +34,7 @@ from kbsync.errors import (
     PermissionDenied,
     UnsupportedFormat,
 )
-from kbsync.models import Document
+from kbsync.models import Document, display_path
 
 __all__ = ["CONVERTER_VERSION", "SUPPORTED_EXTENSIONS", "convert", "is_supported"]
 
@@ -89,7 +89,10 @@ def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Documen
     except (KbsyncError, MemoryError):
         raise
     except Exception as exc:  # a converter bug must cost one file, not the batch
-        logger.exception("%s: unexpected converter failure", name)
+        # One line for a person; the traceback only at debug level (issue 11.2).
+        logger.warning("%s: unexpected converter failure: %s: %s", name, type(exc).__name__,
+                       _one_line(exc)[:200])
+        logger.debug("traceback of the converter failure on %s", name, exc_info=exc)
         raise ConversionError(f"{name}: converter failed ({type(exc).__name__}: {_one_line(exc)[:200]})") from exc
     if not _WORD.search(extracted.markdown):  # only blanks, table rules or fences left
         raise EmptyDocument(f"{name}: no text after conversion ({extracted.source_type})")
@@ -164,7 +167,7 @@ def _title(markdown: str, hint: str | None, path: Path) -> str:
                     return title
     if hint and hint.strip():
         return _clean_title(hint)
-    return path.stem
+    return display_path(path.stem)  # a name with undecodable bytes: \xNN escapes
 
 
 def _clean_title(text: str) -> str:
@@ -174,8 +177,8 @@ def _clean_title(text: str) -> str:
 
 
 def _display(path: Path) -> str:
-    """The path as printable text, even when the name is not valid UTF-8."""
-    return str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+    """The path as printable text, even when the name is not valid UTF-8 (``\\xNN``, as in doc_ids)."""
+    return display_path(path)
 
 
 def _one_line(text: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 from kbsync.convert import convert
 from kbsync.errors import ConversionError, ConversionTimeout, CorruptDocument, KbsyncError
-from kbsync.models import Document
+from kbsync.models import Document, display_path
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
         except KbsyncError as exc:
             conn.send(("err", exc))
         except Exception as exc:  # noqa: BLE001 - reported to the parent as a typed error
-            conn.send(("err", ConversionError(f"{path}: converter failed ({type(exc).__name__}: {exc})")))
+            conn.send(("err", ConversionError(f"{display_path(path)}: converter failed ({type(exc).__name__}: {exc})")))
 
 
 class _Worker:
@@ -147,7 +147,7 @@ class IsolatedConverter:
         """
         if self._closed:
             raise RuntimeError("IsolatedConverter is closed")
-        name = str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+        name = display_path(path)
         self._refill()
         worker = self._idle.get()
         try:
