@@ -21,8 +21,9 @@ from pydantic import Field
 from kbsync.discover import iter_batches, parse_root
 from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
-                           account_stage, new_run_id)
+                           account_repaired, account_stage, new_run_id, store_drift_warning)
 from kbsync.models import PlanAction, SyncMode
+from kbsync.run_counts import attach, keep_counts
 from kbsync.settings import Settings
 from tasks import ingest_tasks as t
 from tasks.locking import run_lock
@@ -38,8 +39,12 @@ from tasks.runners import build_task_runner
       flow_run_name="ingest-root-{root_name}")
 def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force: bool, dry_run: bool,
                 include: list[str], exclude: list[str], allow_mass_delete: bool,
-                max_delete_fraction: float, run_id: str) -> dict:
-    """One root: plan, then batches through the four stages, then deletions."""
+                max_delete_fraction: float, run_id: str, repair: bool = False) -> dict:
+    """One root: plan, then batches through the four stages, then deletions.
+
+    ``repair``: the run found store drift, so documents whose points differ from their
+    state are reprocessed (counted in ``repaired``).
+    """
     logger = get_run_logger()
     settings = Settings()
     spec = parse_root(root)
@@ -47,32 +52,36 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
                             mode=mode.value, dry_run=dry_run)
     guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
     rp = t.plan_root(spec, settings, namespace=namespace, mode=mode, force=force,
-                     include=include, exclude=exclude, guard=guard)
+                     include=include, exclude=exclude, guard=guard, repair=repair)
     account_plan(summary, rp)
     logger.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
     if dry_run:
         account_dry_run(summary, rp)
+        account_repaired(summary, rp)
         return summary.to_dict()
-    batches = list(iter_batches(rp.to_process(), settings.files_per_batch))
-    progress = start_progress(spec.name) if batches else None
-    stages = []
-    for batch in batches:
-        converted = t.convert_batch.submit(batch, settings)
-        chunked = t.chunk_batch.submit(converted, settings)
-        embedded = t.embed_batch.submit(chunked, settings)
-        written = t.upsert_batch.submit(embedded, settings, namespace=namespace, run_id=run_id)
-        stages.append((converted, chunked, embedded, written))
-    for number, futures in enumerate(stages, 1):
-        wait(list(futures))
-        for future in futures:
-            account_stage(summary, future.result())
-        report_progress(progress, number, len(batches))
-        logger.info("root %s: batch %d/%d done", spec.name, number, len(batches))
-    healing = rp.plan.of(PlanAction.HEAL)
-    if healing:
-        account_stage(summary, t.heal_batch(healing, settings, namespace=namespace,
-                                            run_id=run_id))
-    summary.deleted += t.finish_root(rp, settings, namespace=namespace)
+    with keep_counts(summary):  # a failure still reports the batches done (run_counts)
+        batches = list(iter_batches(rp.to_process(), settings.files_per_batch))
+        progress = start_progress(spec.name) if batches else None
+        stages = []
+        for batch in batches:
+            converted = t.convert_batch.submit(batch, settings)
+            chunked = t.chunk_batch.submit(converted, settings)
+            embedded = t.embed_batch.submit(chunked, settings)
+            written = t.upsert_batch.submit(embedded, settings, namespace=namespace,
+                                            run_id=run_id)
+            stages.append((converted, chunked, embedded, written))
+        for number, futures in enumerate(stages, 1):
+            wait(list(futures))
+            for future in futures:
+                account_stage(summary, future.result())
+            report_progress(progress, number, len(batches))
+            logger.info("root %s: batch %d/%d done", spec.name, number, len(batches))
+        healing = rp.plan.of(PlanAction.HEAL)
+        if healing:
+            account_stage(summary, t.heal_batch(healing, settings, namespace=namespace,
+                                                run_id=run_id))
+        summary.deleted += t.finish_root(rp, settings, namespace=namespace)
+        account_repaired(summary, rp)
     return summary.to_dict()
 
 
@@ -87,6 +96,7 @@ def ingest(
     exclude: list[str] = [],  # noqa: B006
     allow_mass_delete: bool = False,
     max_delete_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5,
+    rebind: bool = False,
 ) -> dict:
     """Sync directories into the knowledge base and return the JSON summary.
 
@@ -104,6 +114,7 @@ def ingest(
         exclude: Glob patterns (relative path or name); matching files are left out.
         allow_mass_delete: Let full mode empty a root or delete over max_delete_fraction.
         max_delete_fraction: Largest share of a root's documents full mode may delete (0-1).
+        rebind: A root NAME bound to another path moved here: rebind it, keep its documents.
     """
     started = time.perf_counter()
     logger = get_run_logger()
@@ -118,17 +129,34 @@ def ingest(
     guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
     try:
         with run_lock(settings, namespace):
+            # Root bindings and embedder identity first: a conflict must not reach the
+            # plan (full mode would count another share's documents as missing).
+            bound = t.check_identity(specs, settings, namespace=namespace, rebind=rebind)
+            summary.warnings.extend(bound.warnings)
             if mode is SyncMode.FULL and not allow_mass_delete:
                 for spec in specs:
                     t.preflight_root(spec, settings, namespace=namespace, include=include,
                                      exclude=exclude, guard=guard)
+            if not dry_run:
+                t.record_identity(bound, settings, run_id=run_id)
+            check = t.check_store(settings, namespace=namespace)  # store vs state, cheap
+            if not check.matches:
+                summary.warnings.append(store_drift_warning(check, after=False))
             for spec in specs:
                 per_root = ingest_root.with_options(task_runner=build_task_runner(settings))
                 part = per_root(root=f"{spec.name}={spec.path}", root_name=spec.name, namespace=namespace,
                                    mode=mode, force=force, dry_run=dry_run, include=include,
                                    exclude=exclude, allow_mass_delete=allow_mass_delete,
-                                   max_delete_fraction=max_delete_fraction, run_id=run_id)
+                                   max_delete_fraction=max_delete_fraction, run_id=run_id,
+                                   repair=not check.matches)
                 summary.merge(part)
+            if not check.matches and not dry_run:
+                after = t.check_store(settings, namespace=namespace)
+                if not after.matches:
+                    summary.warnings.append(store_drift_warning(after, after=True))
+    except BaseException as exc:  # the CLI reports the counts reached beside the error
+        attach(exc, summary, started=started)
+        raise
     finally:
         release(settings)
     summary.duration_s = round(time.perf_counter() - started, 3)
@@ -138,8 +166,10 @@ def ingest(
                 namespace, summary.added, summary.updated, summary.unchanged, summary.deleted,
                 summary.failed)
     if summary.embedding_outage():
-        raise EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
-                              "the embedding endpoint looks down; nothing new was stored")
+        outage = EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
+                                 "the embedding endpoint looks down; nothing new was stored")
+        attach(outage, summary)
+        raise outage
     if summary.failed:
         return Failed(message=f"{summary.failed} of {summary.files_seen} files failed",
                       data=result)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kbsync.errors import EmbeddingOutage, EmptyDocument, UsageError
+from kbsync.identity import check_run, record_run
 from kbsync.lock import ingest_lock_path, write_lock
 from kbsync.models import DocStatus, Document, PlanAction, SourceFile
 from kbsync.settings import Settings
@@ -89,6 +90,8 @@ class Stats:
     collection: str
     embedding: dict[str, Any]
     namespaces: dict[str, dict[str, int]]
+    embedding_recorded: bool = True  # False: an older store; ``embedding`` is the configured one
+    configured_embedding: dict[str, Any] | None = None  # set when it differs from ``embedding``
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -142,6 +145,7 @@ class KnowledgeBase:
 
         Raises:
             UsageError: blank text, doc_id or namespace.
+            EmbedderMismatch: the collection was built with another embedder.
             EmptyDocument: the text chunks to nothing.
             EmbeddingOutage: every chunk failed to embed (the previous version stays).
             LockHeld: an ingest holds the write lock past ``lock_timeout_s``.
@@ -155,13 +159,16 @@ class KnowledgeBase:
         from kbsync.sync import heal_document, write_document
 
         runtime = self._open(embed=True)
-        runtime.ensure_collection()
         data = text.encode("utf-8")
         source = SourceFile(doc_id=doc_id, root=API_ROOT, path=Path(doc_id), rel_path=doc_id,
                             size=len(data), mtime_ns=0,
                             content_hash=hashlib.sha256(data).hexdigest())
         run_id = f"api-{uuid.uuid4()}"
         with self._lock(namespace):
+            # The embedder identity, as an ingest checks it (no roots: API_ROOT is a pseudo-root).
+            bound = check_run([], runtime=runtime, namespace=namespace)
+            runtime.ensure_collection()
+            record_run(bound, runtime=runtime, run_id=run_id)
             previous = runtime.states.get(namespace, doc_id)
             action = _action(previous, source.content_hash, runtime.fingerprint)
             if action is PlanAction.UNCHANGED:

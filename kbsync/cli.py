@@ -1,38 +1,41 @@
 """The ``kbsync`` command.
 
-Exit codes: 0 ok; 1 run failed; 2 usage error (bad arguments, a ROOT that does
-not exist); 3 completed but some files failed. With ``--json`` stdout holds
-exactly one JSON object and every log line goes to stderr.
+Exit codes: 0 ok; 1 run failed; 2 usage error (bad arguments or configuration, a
+ROOT that does not exist); 3 completed but some files failed; 130 interrupted.
+With ``--json`` stdout holds exactly one JSON object on every exit path (with
+``error: {kind, message}`` on failure, see :mod:`kbsync.cli_support`) and every
+log line goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from typing import Sequence
 
-from kbsync import cli_query
-from kbsync.errors import KbsyncError, UsageError
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+from kbsync import cli_query, cli_remove, cli_support
+from kbsync.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
+                                namespace_argument, score_argument, text_argument)
+from kbsync.errors import KbsyncError
 log = logging.getLogger("kbsync.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also the source of ``--help``)."""
-    parser = argparse.ArgumentParser(
+    parser = cli_support.ArgumentParser(
         prog="kbsync", description="Keep a Qdrant knowledge base in sync with document folders.",
         epilog="Exit codes: 0 ok, 1 run failed, 2 usage error, 3 some files failed. "
                "Configuration comes from KBSYNC_* environment variables (see README).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--version", action="version", version=f"kbsync {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     ing = sub.add_parser("ingest", help="sync directories into the knowledge base (Prefect flow)")
     ing.add_argument("roots", nargs="+", metavar="ROOT", help="directory, or NAME=PATH")
-    ing.add_argument("--namespace", default="default", help="namespace (default: default)")
+    ing.add_argument("--namespace", type=namespace_argument, default="default",
+                     help="namespace (default: default)")
     ing.add_argument("--mode", choices=["incremental", "full"], default="incremental",
                      help="full also deletes documents of these roots that are gone")
     ing.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
@@ -45,13 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let full mode empty a root or delete over --max-delete-fraction")
     ing.add_argument("--max-delete-fraction", type=_fraction, default=0.5, metavar="F",
                      help="full mode refuses to delete more than this share (default 0.5)")
+    ing.add_argument("--rebind", "--moved", action="store_true", dest="rebind",
+                     help="a root NAME bound to another path moved here: bind it to this "
+                          "path and keep its documents")
     ing.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     srch = sub.add_parser("search", help="search the knowledge base (no Prefect server needed)")
-    srch.add_argument("query", metavar="QUERY")
-    srch.add_argument("--namespace", default="default")
+    srch.add_argument("query", metavar="QUERY", type=text_argument)
+    srch.add_argument("--namespace", type=namespace_argument, default="default")
     srch.add_argument("-k", type=_k, default=5, help="number of results (default 5)")
-    srch.add_argument("--min-score", type=float, default=None, metavar="S",
+    srch.add_argument("--min-score", type=score_argument, default=None, metavar="S",
                       help="drop hits scoring below S (cosine in dense mode, RRF in hybrid)")
     srch.add_argument("--mode", choices=["dense", "hybrid"], default="hybrid",
                       help="dense vectors only, or dense + BM25 fused by RRF (default hybrid: it scored higher on data/eval, see README)")
@@ -62,10 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     st = sub.add_parser("stats", help="documents and chunks per namespace")
-    st.add_argument("--namespace", default=None, help="only this namespace")
+    st.add_argument("--namespace", type=namespace_argument, default=None,
+                    help="only this namespace")
     st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     cli_query.register(sub)
+    cli_remove.register(sub)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kbsync")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _fraction(text: str) -> float:
@@ -89,47 +106,65 @@ def _k(text: str) -> int:
     return value
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
-    # Core modules log through `logging`; let Prefect forward them to the run's logs.
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "kbsync")
-    # Without PREFECT_API_URL Prefect starts a temporary server; on 2 cores it can take
-    # over 20 s (its default limit), so allow more before calling the run failed.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
-    _setup_logging(args.verbose)
-    from kbsync.settings import Settings
+    """Entry point of the console script; returns the exit code.
 
+    Every failure ends here as one line on stderr (the traceback only under
+    ``-v``) and, with ``--json``, one JSON object on stdout (see module doc).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cli_support.reset_emitted()
+    args = settings = None
     try:
-        settings = Settings()
+        args = build_parser().parse_args(argv)
+        cli_support.setup_logging(args.verbose)
+        settings = cli_support.load_settings()
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
-                   **cli_query.COMMANDS}[args.command]
+                   **cli_query.COMMANDS, **cli_remove.COMMANDS}[args.command]
         return command(args, settings)
-    except UsageError as exc:
-        print(f"kbsync: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KbsyncError as exc:
-        print(f"kbsync: {exc.kind}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as exc:  # noqa: BLE001 - e.g. Prefect's API unreachable: one clear line
-        log.debug("run failed", exc_info=True)
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"kbsync: run failed: {type(exc).__name__}: {first}", file=sys.stderr)
-        return EXIT_FAILED
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, one object
+        return _failed(exc, argv, args, settings)
+
+
+def _failed(exc: BaseException, argv: list[str], args, settings) -> int:
+    """Report ``exc`` (one stderr line, the JSON object with ``--json``); its exit code."""
+    log.debug("kbsync %s failed", getattr(args, "command", "?"), exc_info=exc)
+    code, kind, message = cli_support.classify(exc, settings)
+    cli_support.print_error(code, kind, message)
+    # Before parsing succeeded only argv tells whether JSON was asked for.
+    as_json = getattr(args, "json", False) if args is not None else "--json" in argv
+    if as_json and not cli_support.emitted():
+        command = getattr(args, "command", None) or next(
+            (a for a in argv if not a.startswith("-")), None)
+        fields = _ingest_counts(exc, args, settings) if command == "ingest" else None
+        cli_support.emit(cli_support.error_object(kind, message, fields))
+    return code
+
+
+def _ingest_counts(exc: BaseException, args, settings) -> dict:
+    """The counts a failed ingest reached (attached by the flow), else the summary's zeros."""
+    from kbsync.ingest import IngestSummary
+    from kbsync.run_counts import counts_of
+
+    counts = counts_of(exc)
+    if counts is not None:
+        return counts
+    return IngestSummary(
+        run_id="", namespace=getattr(args, "namespace", "default"),
+        collection=(settings.collection if settings is not None
+                    else os.environ.get("KBSYNC_COLLECTION", "kbsync")),
+        mode=getattr(args, "mode", "incremental"),
+        dry_run=getattr(args, "dry_run", False)).to_dict()
 
 
 def _ingest(args, settings) -> int:
     from kbsync.discover import parse_root
     from kbsync.models import SyncMode
 
-    for root in args.roots:  # a missing root is a usage error before any run exists
-        parse_root(root)
+    from kbsync.identity import check_roots
+
+    # A missing, empty or overlapping root is a usage error before any run exists.
+    check_roots([parse_root(root) for root in args.roots], home=settings.home)
     from flows.ingest import ingest  # imported late: Prefect's import costs seconds
 
     from kbsync.console import ingest_status, print_ingest
@@ -139,7 +174,8 @@ def _ingest(args, settings) -> int:
                        mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
                        include=args.include, exclude=args.exclude,
                        allow_mass_delete=args.allow_mass_delete,
-                       max_delete_fraction=args.max_delete_fraction, return_state=True)
+                       max_delete_fraction=args.max_delete_fraction, rebind=args.rebind,
+                       return_state=True)
     summary = state.result(raise_on_failure=False)
     if not isinstance(summary, dict):
         raise _as_kbsync_error(summary)

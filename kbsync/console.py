@@ -60,3 +60,7 @@ def print_stats(data: dict) -> None:
         table.add_row(ns, str(info["documents"]), str(info["chunks"]),
                       str(info["failed_embeddings"]))
     out.print(table)
+    configured = data.get("configured_embedding")
+    if configured:
+        out.print(f"[yellow]note[/yellow] configured embedder {configured['provider']} "
+                  f"{configured['model']} differs: search and ingest refuse it", highlight=False)

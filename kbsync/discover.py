@@ -42,11 +42,16 @@ def parse_root(spec: str) -> RootSpec:
     """Parse ``PATH`` or ``NAME=PATH`` into a checked :class:`RootSpec`.
 
     Raises:
-        UsageError: the path does not exist, is not a directory, or is unreadable.
+        UsageError: the path is empty (``NAME=``), does not exist, is not a
+            directory, or is unreadable.
     """
     name, sep, raw_path = spec.partition("=")
     if not sep or not name or "/" in name:
         name, raw_path = "", spec
+    if not raw_path.strip():  # Path("") is the working directory: never index it by accident
+        shown = f"{name}=" if name else repr(spec)
+        raise UsageError(f"root {shown} has an empty path: write NAME=PATH "
+                         f"(e.g. {name or 'docs'}=./docs)")
     path = Path(raw_path).expanduser()
     if not path.exists():
         raise UsageError(f"root {raw_path!r} does not exist")

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from kbsync import identity
 from kbsync.convert import is_supported
 from kbsync.discover import Discovery, discover, iter_batches
 from kbsync.errors import PermanentError
@@ -20,6 +21,7 @@ from kbsync.pipeline import (StageResult, chunk_stage, convert_stage, embed_stag
                              write_stage)
 from kbsync.state import Plan, PlanItem, plan_files
 from kbsync.sync import delete_documents, touch_states
+from kbsync.verify import StoreCheck, check_store, damaged_documents
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,13 @@ class RootPlan:
 def plan_root(
     root: RootSpec, *, runtime, namespace: str, mode: SyncMode, force: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
+    repair: bool = False,
 ) -> RootPlan:
     """Discover ``root`` and diff it against the stored state. Writes nothing.
+
+    With ``repair`` (the run's :func:`kbsync.verify.check_store` found drift)
+    the points of each of the root's documents are counted, and those whose
+    count differs from the record are planned ``changed`` with ``repair=True``.
 
     Raises:
         MassDeleteRefused: full mode would empty the root or delete more than
@@ -64,13 +71,27 @@ def plan_root(
     """
     found = discover(root, accept=is_supported, include=include, exclude=exclude)
     states = runtime.states.load(namespace, root.name)
-    plan = plan_files(found.files, states, fingerprint=runtime.fingerprint, force=force)
+    damaged = (damaged_documents(runtime.store, runtime.collection, namespace, states)
+               if repair else [])
+    plan = plan_files(found.files, states, fingerprint=runtime.fingerprint, force=force,
+                      repair=frozenset(damaged))
     result = RootPlan(root=root, discovery=found, plan=plan)
+    _warn_unrepairable(result, damaged)
     if not found.files and not found.ignored:
         result.warnings.append(f"root {root.name} ({root.path}) holds no files")
     if mode is SyncMode.FULL:
         result.to_delete = _deletable(result, guard, len(states))
     return result
+
+
+def _warn_unrepairable(result: RootPlan, damaged: Sequence[str]) -> None:
+    """Say which drifted documents cannot be rebuilt because their file is gone (kept)."""
+    gone = sorted({i.doc_id for i in result.plan.of(PlanAction.MISSING)} & set(damaged))
+    if gone:
+        result.warnings.append(
+            f"root {result.root.name}: {len(gone)} documents whose points no longer match "
+            f"their state have no file to rebuild them from (kept as they are: "
+            f"{', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''})")
 
 
 def preflight_root(
@@ -151,6 +172,7 @@ class IngestSummary:
     partial: int = 0
     embeddings_truncated: int = 0
     warnings: list[str] = field(default_factory=list)
+    repaired: int = 0  # reprocessed because their points no longer matched the state
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -210,6 +232,21 @@ def _add_failures(summary: IngestSummary, failures: Sequence[Failure]) -> None:
     summary.failed += len(failures)
 
 
+def account_repaired(summary: IngestSummary, rp: RootPlan) -> None:
+    """Count the root's documents planned for repair that did not fail (all, in a dry run)."""
+    failed = {f["doc_id"] for f in summary.failures}
+    summary.repaired += sum(1 for i in rp.to_process() if i.repair and (
+        summary.dry_run or i.doc_id not in failed))
+
+
+def store_drift_warning(check: StoreCheck, *, after: bool) -> str:
+    """The ``warnings`` line for a namespace whose store and state disagree."""
+    if not after:
+        return f"{check.describe()}; reprocessing the affected documents of this run's roots"
+    return (f"{check.describe()} after this run (documents of other roots, orphan points or "
+            "files that are gone): run `kbsync verify --repair`")
+
+
 def finish_unchanged(rp: RootPlan, runtime) -> None:
     """Refresh size/mtime of unchanged files whose hash was checked."""
     items = [i for i in rp.plan.of(PlanAction.UNCHANGED) if i.previous is not None]
@@ -236,18 +273,33 @@ def run_plain(
     roots: Sequence[RootSpec], *, runtime, namespace: str = "default",
     mode: SyncMode = SyncMode.INCREMENTAL, force: bool = False, dry_run: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
+    rebind: bool = False,
 ) -> IngestSummary:
-    """The whole ingest without Prefect: the reference the flow is measured against."""
+    """The whole ingest without Prefect: the reference the flow is measured against.
+
+    Raises:
+        RootConflict, EmbedderMismatch: see :func:`kbsync.identity.check_run`
+            (checked before anything is written; ``rebind`` accepts a moved share).
+        MassDeleteRefused: see :func:`plan_root`.
+    """
     started = time.perf_counter()
     summary = IngestSummary(run_id=new_run_id(), namespace=namespace,
                             collection=runtime.collection, mode=mode.value, dry_run=dry_run)
-    runtime.ensure_collection()
+    bound = identity.check_run(roots, runtime=runtime, namespace=namespace, rebind=rebind)
+    summary.warnings.extend(bound.warnings)
+    check = check_store(runtime, namespace)  # also creates a missing chunk collection
+    if not check.matches:
+        summary.warnings.append(store_drift_warning(check, after=False))
     plans = [plan_root(r, runtime=runtime, namespace=namespace, mode=mode, force=force,
-                       include=include, exclude=exclude, guard=guard) for r in roots]
+                       include=include, exclude=exclude, guard=guard,
+                       repair=not check.matches) for r in roots]
+    if not dry_run:
+        identity.record_run(bound, runtime=runtime, run_id=summary.run_id)
     for rp in plans:
         account_plan(summary, rp)
         if dry_run:
             account_dry_run(summary, rp)
+            account_repaired(summary, rp)
             continue
         for batch in iter_batches(rp.to_process(), runtime.settings.files_per_batch):
             for result in process_batch(batch, runtime=runtime, namespace=namespace,
@@ -257,5 +309,10 @@ def run_plain(
                                           namespace=namespace, run_id=summary.run_id))
         finish_unchanged(rp, runtime)
         summary.deleted += delete_missing(rp, runtime, namespace)
+        account_repaired(summary, rp)
+    if not check.matches and not dry_run:
+        after = check_store(runtime, namespace)
+        if not after.matches:
+            summary.warnings.append(store_drift_warning(after, after=True))
     summary.duration_s = round(time.perf_counter() - started, 3)
     return summary

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 from kbsync import expand
 from kbsync.errors import KbsyncError
+from kbsync.identity import check_query_embedder
 from kbsync.models import SearchHit
 from kbsync.sparse import encode_query
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
@@ -126,6 +127,8 @@ def search(
 
     Raises:
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
+        EmbedderMismatch: the collection was built with another embedder
+            (see :mod:`kbsync.identity`).
         KbsyncError: the store or the embedding model failed (a failing chat
             model only adds a note).
     """
@@ -137,6 +140,8 @@ def search(
         raise ValueError(f"mqe must be between 0 and {expand.MAX_MQE}, got {mqe}")
     mode = SearchMode(mode)
     started = time.perf_counter()
+    # Vectors of another model are not comparable, even with the same dimension.
+    check_query_embedder(store, service, collection=collection)
     notes: list[str] = []
     probes = [_Probe(query)] + _expansions(query, mqe=mqe, hyde=hyde, llm=llm, notes=notes)
     flt = namespace_filter(namespace)

@@ -17,7 +17,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
 from kbsync.discover import hash_file
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
@@ -25,6 +25,19 @@ from kbsync.store.base import Filter, Point, VectorStore
 
 STATE_NAMESPACE = uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f")
 STATE_VECTOR = [1.0]
+REPAIR_FINGERPRINT = "repair-requested"
+"""Fingerprint ``kbsync verify --repair`` gives a drifted document's record: it matches no
+settings, so the next ingest of its root reprocesses it (points and record stay meanwhile)."""
+META_KEY = "meta"
+"""Payload key of the non-document records of the state collection (root bindings, the
+embedder identity: see :mod:`kbsync.identity`). They have no ``namespace`` key, so every
+namespace-filtered read skips them; whoever scrolls the whole collection skips
+:func:`is_meta` payloads."""
+
+
+def is_meta(payload: Mapping[str, Any]) -> bool:
+    """True for a meta record (root binding, embedder identity), not a document's state."""
+    return META_KEY in payload
 
 
 def stable_hash(value: Any) -> str:
@@ -73,7 +86,7 @@ class StateStore:
             return {}
         flt = Filter.where(namespace=namespace, **({"root": root} if root else {}))
         return {p.payload["doc_id"]: DocState.from_payload(p.payload)
-                for p in self._store.scroll(self._collection, flt)}
+                for p in self._store.scroll(self._collection, flt) if not is_meta(p.payload)}
 
     def get(self, namespace: str, doc_id: str) -> DocState | None:
         """The record of one document, or ``None``."""
@@ -92,6 +105,31 @@ class StateStore:
             Point(id=self.record_id(s.namespace, s.doc_id), payload=s.to_payload(),
                   vector=STATE_VECTOR) for s in states])
 
+    def read_meta(self, kind: str, **match: str) -> list[dict[str, Any]]:
+        """Payloads of the meta records of ``kind`` matching ``match`` (a keyword-index
+        lookup on their shared ``doc_id`` marker, never a scan of the documents)."""
+        if self._store.collection_dimension(self._collection) is None:
+            return []
+        flt = Filter.where(doc_id=f"<kbsync:{kind}>", **{META_KEY: kind}, **match)
+        return [p.payload for p in self._store.scroll(self._collection, flt, page_size=64)]
+
+    def write_meta(self, kind: str, key: Sequence[str], payload: Mapping[str, Any]) -> None:
+        """Insert or replace the meta record ``(kind, *key)``."""
+        self._ensure()
+        point_id = str(uuid.uuid5(STATE_NAMESPACE, json.dumps([META_KEY, kind, *key])))
+        record = {**payload, META_KEY: kind, "doc_id": f"<kbsync:{kind}>"}
+        self._store.upsert(self._collection, [Point(id=point_id, payload=record,
+                                                    vector=STATE_VECTOR)])
+
+    def any_record(self, namespace: str, root: str) -> DocState | None:
+        """One document record of ``root`` in ``namespace`` (the first page of one), or ``None``."""
+        if self._store.collection_dimension(self._collection) is None:
+            return None
+        flt = Filter.where(namespace=namespace, root=root)
+        for point in self._store.scroll(self._collection, flt, page_size=1):
+            return DocState.from_payload(point.payload)
+        return None
+
     def remove(self, namespace: str, doc_ids: Iterable[str]) -> None:
         """Delete records (after the documents' points are gone)."""
         ids = [self.record_id(namespace, d) for d in doc_ids]
@@ -104,6 +142,8 @@ class StateStore:
         if self._store.collection_dimension(self._collection) is None:
             return out
         for point in self._store.scroll(self._collection):
+            if is_meta(point.payload):
+                continue
             entry = out.setdefault(point.payload["namespace"], {"documents": 0, "partial": 0})
             entry["documents"] += 1
             entry["partial"] += point.payload.get("status") == DocStatus.PARTIAL.value
@@ -117,6 +157,7 @@ class PlanItem:
     action: PlanAction
     file: SourceFile | None  # None for MISSING
     previous: DocState | None
+    repair: bool = False  # reprocessed because its points no longer match the record
 
     @property
     def doc_id(self) -> str:
@@ -147,6 +188,7 @@ def plan_files(
     *,
     fingerprint: str,
     force: bool = False,
+    repair: AbstractSet[str] = frozenset(),
 ) -> Plan:
     """Classify files as new, changed, unchanged or heal, and records as missing.
 
@@ -154,13 +196,18 @@ def plan_files(
     differ from the record, or the settings fingerprint changed (or ``force``).
     ``heal`` is an unchanged file whose record is ``partial``: only its flagged
     chunks need embedding again. Returned items carry ``content_hash``.
+    A recorded document in ``repair`` (its points no longer match its record),
+    or whose record carries :data:`REPAIR_FINGERPRINT`, is ``changed`` with
+    ``repair=True`` whatever its bytes.
     """
     plan = Plan()
     seen: set[str] = set()
     for source in files:
         seen.add(source.doc_id)
         previous = states.get(source.doc_id)
-        same_settings = (previous is not None and not force
+        repairing = previous is not None and (source.doc_id in repair
+                                              or previous.fingerprint == REPAIR_FINGERPRINT)
+        same_settings = (previous is not None and not force and not repairing
                          and previous.fingerprint == fingerprint)
         if same_settings and (previous.size, previous.mtime_ns) == (source.size,
                                                                     source.mtime_ns):
@@ -176,7 +223,7 @@ def plan_files(
                       else PlanAction.UNCHANGED)
         else:
             action = PlanAction.CHANGED
-        plan.items.append(PlanItem(action, source, previous))
+        plan.items.append(PlanItem(action, source, previous, repair=repairing))
     for doc_id in sorted(set(states) - seen):
         plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
     return plan

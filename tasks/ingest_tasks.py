@@ -13,7 +13,7 @@ from typing import Sequence
 from prefect import task
 from prefect.cache_policies import NONE
 
-from kbsync import ingest, pipeline
+from kbsync import identity, ingest, pipeline, verify
 from kbsync.errors import TransientError
 from kbsync.ingest import DeleteGuard, RootPlan
 from kbsync.models import RootSpec, SyncMode
@@ -42,12 +42,15 @@ COMMON = dict(cache_policy=NONE, persist_result=False)
 @task(name="plan", tags=["kbsync", "plan"], **COMMON)
 def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncMode,
               force: bool, include: Sequence[str], exclude: Sequence[str],
-              guard: DeleteGuard) -> RootPlan:
-    """Discover a root and diff it against the stored state (writes nothing)."""
+              guard: DeleteGuard, repair: bool = False) -> RootPlan:
+    """Discover a root and diff it against the stored state (writes nothing).
+
+    ``repair``: the run found store drift; documents whose points differ are reprocessed.
+    """
     runtime = runtime_for(settings)
     runtime.ensure_collection()
     return ingest.plan_root(root, runtime=runtime, namespace=namespace, mode=mode, force=force,
-                            include=include, exclude=exclude, guard=guard)
+                            include=include, exclude=exclude, guard=guard, repair=repair)
 
 
 @task(name="convert", tags=["kbsync", "convert"], **COMMON)
@@ -103,3 +106,25 @@ def preflight_root(root: RootSpec, settings: Settings, *, namespace: str,
     """Full mode's mass-delete guard for one root, before any root is written."""
     return ingest.preflight_root(root, runtime=runtime_for(settings), namespace=namespace,
                                  include=include, exclude=exclude, guard=guard)
+
+
+@task(name="check-identity", tags=["kbsync", "plan"], **COMMON)
+def check_identity(roots: list[RootSpec], settings: Settings, *, namespace: str,
+                   rebind: bool) -> identity.IdentityPlan:
+    """Root bindings and the embedder identity, checked before anything is written."""
+    return identity.check_run(roots, runtime=runtime_for(settings), namespace=namespace,
+                              rebind=rebind)
+
+
+@task(name="record-identity", tags=["kbsync", "plan"], retries=3, retry_delay_seconds=2,
+      retry_condition_fn=_transient, **COMMON)
+def record_identity(plan: identity.IdentityPlan, settings: Settings, *, run_id: str) -> None:
+    """Record new root bindings and a new collection's embedder (not on dry runs)."""
+    identity.record_run(plan, runtime=runtime_for(settings), run_id=run_id)
+
+
+@task(name="check-store", tags=["kbsync", "plan"], retries=2, retry_delay_seconds=2,
+      retry_condition_fn=_transient, **COMMON)
+def check_store(settings: Settings, *, namespace: str) -> verify.StoreCheck:
+    """The cheap store-vs-state check (chunk count against the records' sum)."""
+    return verify.check_store(runtime_for(settings), namespace)

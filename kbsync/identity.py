@@ -1,0 +1,248 @@
+"""What a store is bound to: which path each root NAME stands for, which embedder built it.
+
+Both live as meta records in the state collection (see :data:`kbsync.state.META_KEY`),
+so they travel with the store like the document records do.
+
+**Root bindings.** In each namespace a root NAME is bound to the resolved path it was
+first synced from. A run that brings the same NAME from another path is refused with
+:class:`~kbsync.errors.RootConflict` before anything is written (the second share would
+overwrite the first one's documents, and full mode would delete the rest), unless the
+run says the share moved (``rebind``): then the NAME is bound to the new path and the
+documents stay (their doc_ids do not change). A store written before bindings existed
+has none: the binding is inferred from one of the root's document records (its file
+path minus its relative path) and recorded on the next real run.
+
+**Embedder identity.** A chunk collection records the embedding provider, model,
+dimension and sparse-encoder version it was built with. Ingest, search (and so ask,
+eval and the Python API) refuse another configured embedder with
+:class:`~kbsync.errors.EmbedderMismatch`: vectors of two models are not comparable even
+when their dimensions agree. A collection built before the record existed adopts the
+configured embedder on its next ingest, with a warning; search on it is not checked.
+
+Every check is one keyword-index lookup in the state collection, never a scroll of the
+documents. Checks write nothing; :func:`record_run` writes what :func:`check_run` found
+missing (callers skip it on dry runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from kbsync.errors import EmbedderMismatch, RootConflict
+from kbsync.models import RootSpec
+from kbsync.sparse import SPARSE_VERSION
+from kbsync.state import StateStore, utc_now
+
+log = logging.getLogger(__name__)
+
+EMBEDDER = "embedder"
+ROOT_BINDING = "root"
+RESERVED_ROOTS = ("<api>",)  # kbsync.api's pseudo-root: a directory root must not take it
+REBIND_HINT = "--rebind (flow parameter rebind=true)"
+CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's, or "
+                     "build a new collection with KBSYNC_COLLECTION=<new name> and ingest "
+                     "there (README: Changing the embedding model)")
+
+
+def _text(path: Path | str) -> str:
+    """A path as valid UTF-8 (undecodable bytes as ``\\xNN``, as in doc_ids)."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+# -- embedder identity ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EmbedderIdentity:
+    """What shapes the stored vectors: provider, model, dense dimension, sparse encoder."""
+
+    provider: str
+    model: str
+    dimension: int
+    sparse: str = SPARSE_VERSION
+
+    def describe(self) -> str:
+        """``provider/model (N dims, sparse V)``, as error messages show it."""
+        return f"{self.provider}/{self.model} ({self.dimension} dims, sparse {self.sparse})"
+
+    def to_payload(self) -> dict:
+        """The meta record's fields."""
+        return {"provider": self.provider, "model": self.model, "dimension": self.dimension,
+                "sparse": self.sparse}
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> "EmbedderIdentity":
+        """Inverse of :meth:`to_payload`."""
+        return cls(provider=str(payload["provider"]), model=str(payload["model"]),
+                   dimension=int(payload["dimension"]), sparse=str(payload["sparse"]))
+
+
+def stored_embedder(states: StateStore) -> EmbedderIdentity | None:
+    """The embedder the collection records, or ``None`` (new store, or one from before
+    the record existed)."""
+    records = states.read_meta(EMBEDDER)
+    return EmbedderIdentity.from_payload(records[0]) if records else None
+
+
+def check_embedder(states: StateStore, service, *, collection: str) -> EmbedderIdentity | None:
+    """Refuse a configured embedder that differs from the one ``collection`` was built with.
+
+    Provider and model are compared before the dimension, so a mismatch is found
+    without asking the service for its dimension (which may load a model or call an
+    API).
+
+    Returns:
+        The stored identity, or ``None`` when the collection records none.
+    Raises:
+        EmbedderMismatch: provider, model, dimension or sparse encoder differ.
+    """
+    stored = stored_embedder(states)
+    if stored is None:
+        return None
+    if (stored.provider, stored.model) != (service.provider, service.model) or \
+            (stored.dimension, stored.sparse) != (service.dimension, SPARSE_VERSION):
+        configured = EmbedderIdentity(service.provider, service.model, service.dimension)
+        raise EmbedderMismatch(
+            f"collection {collection} was built with {stored.describe()}, but the configured "
+            f"embedder is {configured.describe()}; {CHANGE_MODEL_HINT}")
+    return stored
+
+
+def check_query_embedder(store, service, *, collection: str) -> None:
+    """:func:`check_embedder` for the query side, which knows only the chunk collection.
+
+    The state collection's name follows :attr:`kbsync.settings.Settings.state_collection`.
+    """
+    check_embedder(StateStore(store, f"{collection}_state"), service, collection=collection)
+
+
+# -- root bindings ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RootBinding:
+    """Root ``name`` of ``namespace`` stands for the directory ``path`` (resolved, as text)."""
+
+    namespace: str
+    name: str
+    path: str
+
+
+def check_roots(roots: Sequence[RootSpec], *, home: Path) -> None:
+    """Checks that need no store: reserved or repeated names, overlapping roots, and a
+    root holding ``KBSYNC_HOME`` (it would index the store's own files).
+
+    Raises:
+        RootConflict: any of these.
+    """
+    home = Path(home).expanduser().resolve()
+    seen: dict[str, RootSpec] = {}
+    for spec in roots:
+        if spec.name in RESERVED_ROOTS:
+            raise RootConflict(f"root name {spec.name} is reserved for kbsync.api texts; "
+                               f"choose another with NAME=PATH")
+        if spec.name in seen:
+            raise RootConflict(f"two roots are named {spec.name} ({_text(seen[spec.name].path)}"
+                               f" and {_text(spec.path)}); use NAME=PATH to tell them apart")
+        seen[spec.name] = spec
+        if home == spec.path or spec.path in home.parents:
+            raise RootConflict(
+                f"root {spec.name} ({_text(spec.path)}) contains KBSYNC_HOME ({_text(home)}): "
+                "kbsync would index its own store; sync a folder that does not hold it, or "
+                "move KBSYNC_HOME out of the share")
+    for i, first in enumerate(roots):
+        for second in roots[i + 1:]:
+            inner, outer = sorted((first, second), key=lambda s: len(s.path.parts), reverse=True)
+            if inner.path == outer.path or outer.path in inner.path.parents:
+                raise RootConflict(
+                    f"roots {outer.name} ({_text(outer.path)}) and {inner.name} "
+                    f"({_text(inner.path)}) overlap: their files would be indexed twice under "
+                    "two names; sync one of them")
+
+
+def _bindings(states: StateStore, namespace: str) -> dict[str, str]:
+    """Root name -> bound path text, for one namespace (one index lookup)."""
+    return {r["root"]: r["path"]
+            for r in states.read_meta(ROOT_BINDING, bound_namespace=namespace)}
+
+
+def _legacy_path(states: StateStore, namespace: str, name: str) -> str | None:
+    """The root path of a store without bindings, read off one of its document records."""
+    record = states.any_record(namespace, name)
+    if record is None:
+        return None
+    rel = record.doc_id[len(name) + 1:]
+    if record.doc_id.startswith(name + "/") and rel and record.path.endswith("/" + rel):
+        return record.path[:-len(rel) - 1]
+    return None  # an odd record (e.g. written by hand): bind the root as given
+
+
+def _conflict(name: str, namespace: str, bound: str, new: str, *, legacy: bool) -> RootConflict:
+    source = "holds documents synced from" if legacy else "is bound to"
+    return RootConflict(
+        f"root name {name} in namespace {namespace} {source} {bound}, not {new}: give this "
+        f"share another name ({name}2={new}), or pass {REBIND_HINT} if {bound} really moved "
+        f"to {new} (its documents keep their doc_ids)")
+
+
+# -- a run's identity check -------------------------------------------------------------------
+@dataclass
+class IdentityPlan:
+    """What :func:`check_run` found: records to write (unless dry run) and warnings."""
+
+    embedder: EmbedderIdentity | None = None  # to record: the collection has none yet
+    bindings: list[RootBinding] = field(default_factory=list)  # new or rebound
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
+              rebind: bool = False) -> IdentityPlan:
+    """Every identity check of an ingest (or ``add_text``), before anything is written.
+
+    Call it under the write lock, before the plan and before ``ensure_collection``
+    (whose dimension check would otherwise answer first, less clearly).
+
+    Raises:
+        RootConflict: see :func:`check_roots`; or a NAME bound to another path
+            without ``rebind``.
+        EmbedderMismatch: see :func:`check_embedder`.
+    """
+    check_roots(roots, home=runtime.settings.home)
+    plan = IdentityPlan()
+    states, service = runtime.states, runtime.service
+    if check_embedder(states, service, collection=runtime.collection) is None:
+        plan.embedder = EmbedderIdentity(service.provider, service.model, service.dimension)
+        if runtime.store.count(runtime.collection):
+            plan.warnings.append(
+                f"collection {runtime.collection} records no embedder (made by an older "
+                f"kbsync): adopting the configured {plan.embedder.describe()}; if it was "
+                f"built with another one, {CHANGE_MODEL_HINT}")
+    bound = _bindings(states, namespace) if roots else {}
+    for spec in roots:
+        path = _text(spec.path)
+        previous, legacy = bound.get(spec.name), False
+        if previous is None:
+            previous, legacy = _legacy_path(states, namespace, spec.name), True
+        if previous == path and not legacy:
+            continue
+        if previous is not None and previous != path:
+            if not rebind:
+                raise _conflict(spec.name, namespace, previous, path, legacy=legacy)
+            plan.warnings.append(f"root {spec.name} rebound from {previous} to {path}")
+        plan.bindings.append(RootBinding(namespace, spec.name, path))
+    for warning in plan.warnings:
+        log.warning("%s", warning)
+    return plan
+
+
+def record_run(plan: IdentityPlan, *, runtime, run_id: str) -> None:
+    """Write the records :func:`check_run` found missing (never on a dry run)."""
+    if plan.embedder is not None:
+        runtime.states.write_meta(EMBEDDER, (), {**plan.embedder.to_payload(),
+                                                  "collection": runtime.collection,
+                                                  "recorded_at": utc_now(), "run_id": run_id})
+    for b in plan.bindings:
+        runtime.states.write_meta(ROOT_BINDING, (b.namespace, b.name), {
+            "bound_namespace": b.namespace, "root": b.name, "path": b.path,
+            "bound_at": utc_now(), "run_id": run_id})
+
