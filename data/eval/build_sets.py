@@ -49,6 +49,9 @@ PACKAGES = {
 SEED = 20261201  # which manual pages become queries: fixed, so the sets are stable
 MAX_GIT_PAGE_QUERIES = 100
 MAX_ZH_QUERIES = 150
+ZH_DISTRACTORS = 200  # pages without a query; more would only slow every evaluation down
+# The user-facing R manuals (R-exts and R-ints, ~1.5 MB of internals, are left out for time).
+R_DISTRACTORS = ("R-intro.html", "R-admin.html", "R-data.html", "R-lang.html")
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
@@ -116,7 +119,7 @@ def r_faq(pkg: Path, share: Path) -> list[Labelled]:
         labelled.append(Labelled(question, f"en/{rel}"))
     (share / "rman").mkdir(parents=True, exist_ok=True)
     for other in sorted(manual.glob("R-*.html")):  # distractors, as the real HTML
-        if other.name != "R-FAQ.html":
+        if other.name in R_DISTRACTORS:
             shutil.copyfile(other, share / "rman" / other.name)
     return labelled
 
@@ -217,7 +220,7 @@ def _roff_inline(text: str) -> str:
 
 def zh_manpages(pkg: Path, share: Path, rng: random.Random) -> list[Labelled]:
     """Every zh_CN man page as Markdown; a sample's 名称 description is the query."""
-    candidates = []
+    candidates, pages = [], {}
     for page in sorted((pkg / "usr/share/man/zh_CN").glob("man*/*.gz")):
         try:
             source = gzip.decompress(page.read_bytes()).decode("utf-8")
@@ -230,9 +233,7 @@ def zh_manpages(pkg: Path, share: Path, rng: random.Random) -> list[Labelled]:
         if len(markdown) < 80:
             continue
         rel = f"{page.parent.name}/{page.name[:-3]}.md"
-        title = page.name[:-3]
-        (share / rel).parent.mkdir(parents=True, exist_ok=True)
-        (share / rel).write_text(f"# {title}\n\n{markdown}\n", encoding="utf-8")
+        pages[rel] = f"# {page.name[:-3]}\n\n{markdown}\n"
         _, sep, desc = name.partition(" - ")
         desc = desc.strip()
         if sep and len(_CJK.findall(desc)) >= 4:
@@ -241,7 +242,14 @@ def zh_manpages(pkg: Path, share: Path, rng: random.Random) -> list[Labelled]:
     for item in candidates:  # a description shared by two pages cannot be labelled
         seen[item.query] = seen.get(item.query, 0) + 1
     unique = [c for c in candidates if seen[c.query] == 1]
-    return sorted(rng.sample(unique, min(MAX_ZH_QUERIES, len(unique))), key=lambda x: x.doc_id)
+    chosen = sorted(rng.sample(unique, min(MAX_ZH_QUERIES, len(unique))), key=lambda x: x.doc_id)
+    labelled_rels = {c.doc_id.removeprefix("zh/") for c in chosen}
+    others = sorted(set(pages) - labelled_rels)
+    keep = labelled_rels | set(rng.sample(others, min(ZH_DISTRACTORS, len(others))))
+    for rel in sorted(keep):
+        (share / rel).parent.mkdir(parents=True, exist_ok=True)
+        (share / rel).write_text(pages[rel], encoding="utf-8")
+    return chosen
 
 
 # --- main --------------------------------------------------------------------------------------
