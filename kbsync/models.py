@@ -70,10 +70,17 @@ class PlanAction(str, Enum):
 
 @dataclass(frozen=True)
 class RootSpec:
-    """A root directory and the name its doc_ids start with."""
+    """A root directory and the name its doc_ids start with.
+
+    Invariant: ``name`` is valid UTF-8 (a folder named in Latin-1 gets ``\\xNN``
+    escapes, as in every doc_id); ``path`` stays the real OS path.
+    """
 
     name: str
     path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", display_text(self.name))
 
 
 @dataclass(frozen=True)

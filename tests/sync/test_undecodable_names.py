@@ -126,3 +126,19 @@ def test_a_broken_latin1_file_fails_alone_with_utf8_fields(runtime, tmp_path):
     assert failure["message"].startswith(failure["path"])
     json.dumps(summary, ensure_ascii=False).encode("utf-8")
     assert _run(runtime, share)["failed"] == 1  # retried, fails alone again
+
+
+def test_a_root_folder_named_in_latin1_gets_an_escaped_name(runtime, tmp_path):
+    raw = os.path.join(os.fsencode(tmp_path), b"archiv\xe9")
+    os.mkdir(raw)
+    share = Path(os.fsdecode(raw))
+    write_tree(share, {"a.md": "# A\n\nalpha", "sub/b.md": "# B\n\nbravo"})
+    spec = parse_root(str(share))
+    assert spec.name == "archiv\\xe9" and spec.path == share.resolve()
+    first = _run(runtime, share)
+    assert (first["added"], first["failed"], first["roots"]) == (2, 0, ["archiv\\xe9"])
+    records = runtime.states.load("default", "archiv\\xe9")
+    assert sorted(records) == ["archiv\\xe9/a.md", "archiv\\xe9/sub/b.md"]
+    assert records["archiv\\xe9/a.md"].path == f"{tmp_path.resolve()}/archiv\\xe9/a.md"
+    again = _run(runtime, share)
+    assert (again["unchanged"], again["files_hashed"]) == (2, 0)
