@@ -16,7 +16,7 @@ from kbsync import identity
 from kbsync.convert import is_supported
 from kbsync.discover import Discovery, discover, iter_batches
 from kbsync.errors import PermanentError
-from kbsync.models import Failure, PlanAction, RootSpec, SyncMode
+from kbsync.models import Failure, PlanAction, RootSpec, SyncMode, display_path
 from kbsync.pipeline import (StageResult, chunk_stage, convert_stage, embed_stage, heal_stage,
                              write_stage)
 from kbsync.state import Plan, PlanItem, plan_files
@@ -78,7 +78,7 @@ def plan_root(
     result = RootPlan(root=root, discovery=found, plan=plan)
     _warn_unrepairable(result, damaged)
     if not found.files and not found.ignored:
-        result.warnings.append(f"root {root.name} ({root.path}) holds no files")
+        result.warnings.append(f"root {root.name} ({display_path(root.path)}) holds no files")
     if mode is SyncMode.FULL:
         result.to_delete = _deletable(result, guard, len(states))
     return result
@@ -129,9 +129,9 @@ def _deletable(result: RootPlan, guard: DeleteGuard, known: int) -> list[str]:
     name = result.root.name
     if not result.discovery.files:
         raise MassDeleteRefused(
-            f"root {name} ({result.root.path}) holds no files; full mode would delete all "
-            f"{len(deletable)} of its documents. Nothing was deleted. Check the share is "
-            "mounted, or pass --allow-mass-delete.")
+            f"root {name} ({display_path(result.root.path)}) holds no files; full mode would "
+            f"delete all {len(deletable)} of its documents. Nothing was deleted. Check the share "
+            "is mounted, or pass --allow-mass-delete.")
     fraction = len(deletable) / max(known, 1)
     if fraction > guard.max_delete_fraction:
         raise MassDeleteRefused(

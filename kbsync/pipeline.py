@@ -5,9 +5,11 @@ returns a :class:`StageResult` with the documents that go on, the failures, and
 counters. An unexpected exception (not a :class:`KbsyncError`: a kbsync bug, a
 vendor ``TypeError``) becomes the failure of the documents it hit, as an
 ``InternalError`` with a one-line message (traceback at debug level); only the
-conditions of the whole run in :data:`RUN_LEVEL_ERRORS` propagate. ``tasks/`` wraps each one in a Prefect task; :func:`run_plain` chains
-them in a plain loop (used by tests and the benchmark that measures the
-orchestration overhead).
+conditions of the whole run in :data:`RUN_LEVEL_ERRORS` propagate.
+
+``tasks/`` wraps each one in a Prefect task; :func:`run_plain` chains them in a
+plain loop (used by tests and the benchmark that measures the orchestration
+overhead).
 """
 
 from __future__ import annotations
