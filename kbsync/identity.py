@@ -45,7 +45,7 @@ RESERVED_ROOTS = ("<api>",)  # kbsync.api's pseudo-root: a directory root must n
 REBIND_HINT = "--rebind (flow parameter rebind=true)"
 CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's, or "
                      "build a new collection with KBSYNC_COLLECTION=<new name> and ingest "
-                     "there (README: Changing the embedding model)")
+                     "there (README, Sync semantics: embedder identity)")
 
 
 def _text(path: Path | str) -> str:

@@ -1,0 +1,94 @@
+"""Root bindings and embedder identity (issue 10.2, 10.4) through the real ``kbsync``
+command and the ingest flow on the session's Prefect test server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbtest import write_tree
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
+
+
+def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
+    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", KBSYNC_EMBED_PROVIDER="hash",
+               KBSYNC_CONVERT_ISOLATION="false", **extra)
+    return env
+
+
+def kbsync(env, *args: str) -> tuple[int, dict | None, str]:
+    proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
+    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
+    return proc.returncode, data, proc.stderr
+
+
+def _one_line_error(err: str) -> str:
+    """The error line on stderr; there must be exactly one and no traceback."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("kbsync: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def _docs(names, tag):
+    return {f"{n}.md": f"# {n} from {tag}\n\nBody of {n} in share {tag}." for n in names}
+
+
+def test_two_shares_with_one_folder_name(prefect_api, tmp_path):
+    env = _env(prefect_api, tmp_path / "home")
+    x, y = tmp_path / "x" / "docs", tmp_path / "y" / "docs"
+    write_tree(x, _docs([f"f{i}" for i in range(10)], "x"))
+    write_tree(y, _docs([f"f{i}" for i in range(6)] + ["y6", "y7"], "y"))
+    code, first, err = kbsync(env, "ingest", str(x), "--json")
+    assert code == 0 and first["added"] == 10, err
+    for extra in ([], ["--mode", "full"]):
+        code, out, err = kbsync(env, "ingest", str(y), "--json", *extra)
+        line = _one_line_error(err)
+        assert code == 2 and out is None
+        assert str(x) in line and str(y) in line and "--rebind" in line and "docs2=" in line
+    code, stats, err = kbsync(env, "stats", "--json")
+    assert stats["namespaces"]["default"]["documents"] == 10, err
+    code, hits, err = kbsync(env, "search", "Body of f7", "--mode", "dense", "--json")
+    assert code == 0 and any(h["doc_id"] == "docs/f7.md" for h in hits["results"]), err
+
+    # A share that really moved: --rebind keeps the documents.
+    code, moved, err = kbsync(env, "ingest", str(y), "--rebind", "--json")
+    assert code == 0, err
+    assert (moved["updated"], moved["added"]) == (6, 2) and moved["warnings"], moved
+    code, again, err = kbsync(env, "ingest", str(y), "--json")
+    assert code == 0 and again["unchanged"] == 8, err
+
+    # Overlapping roots and a root holding KBSYNC_HOME: refused before any run starts.
+    code, _, err = kbsync(env, "ingest", str(tmp_path / "x"), str(x), "--json")
+    assert code == 2 and "overlap" in _one_line_error(err)
+    code, _, err = kbsync(env, "ingest", str(tmp_path), "--json")
+    assert code == 2 and "KBSYNC_HOME" in _one_line_error(err)
+    code, _, err = kbsync(env, "ingest", "docs=", "--json")
+    assert code == 2 and "empty path" in _one_line_error(err)
+
+
+@pytest.mark.slow
+def test_search_with_another_384_dim_model_is_refused(prefect_api, tmp_path):
+    env = _env(prefect_api, tmp_path / "home")
+    write_tree(tmp_path / "share", _docs(["keys", "deploy"], "s"))
+    code, _, err = kbsync(env, "ingest", str(tmp_path / "share"), "--json")
+    assert code == 0, err
+    local = {**env, "KBSYNC_EMBED_PROVIDER": "local"}
+    code, out, err = kbsync(local, "search", "rotate keys", "--mode", "dense", "--json")
+    line = _one_line_error(err)
+    assert code == 2 and out is None
+    assert "hash/hash-384" in line and "local/all-MiniLM-L6-v2" in line
+    code, out, err = kbsync(local, "ingest", str(tmp_path / "share"), "--force", "--json")
+    assert code == 2 and "KBSYNC_COLLECTION" in _one_line_error(err)
+    code, stats, err = kbsync(local, "stats", "--json")
+    assert code == 0, err
+    assert stats["embedding"] == {"provider": "hash", "model": "hash-384", "dimension": 384}
+    assert stats["configured_embedding"] == {"provider": "local", "model": "all-MiniLM-L6-v2"}
