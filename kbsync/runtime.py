@@ -84,11 +84,15 @@ class Runtime:
                                      bool_indexes=CHUNK_BOOL_INDEXES)
 
     @classmethod
-    def open(cls, settings: Settings, *, with_embedder: bool = True) -> "Runtime":
-        """Open the store and build the embedding service described by ``settings``."""
+    def open(cls, settings: Settings, *, with_embedder: bool = True,
+             serve_readers: bool = False) -> "Runtime":
+        """Open the store and build the embedding service described by ``settings``.
+
+        ``serve_readers``: see :func:`kbsync.store.open_store` (the flows set it).
+        """
         from kbsync.embed import build_embedding_service
 
-        store = open_store(settings)
+        store = open_store(settings, serve_readers=serve_readers)
         service = build_embedding_service(settings) if with_embedder else None
         return cls(settings=settings, store=store,
                    states=StateStore(store, settings.state_collection), service=service,

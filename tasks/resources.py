@@ -27,7 +27,9 @@ def runtime_for(settings: Settings) -> Runtime:
     with _lock:
         runtime = _runtimes.get(key)
         if runtime is None:
-            runtime = _runtimes[key] = Runtime.open(settings)
+            # The flow's process holds the embedded store for the whole run: serve
+            # other processes' reads (search, stats, ask) meanwhile.
+            runtime = _runtimes[key] = Runtime.open(settings, serve_readers=True)
         return runtime
 
 

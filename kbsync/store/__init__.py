@@ -3,7 +3,9 @@
 - :class:`~kbsync.store.edge.EdgeStore`: the embedded default under
   ``$KBSYNC_HOME/qdrant`` (qdrant-edge-py, one writer per folder);
 - :class:`~kbsync.store.server.ServerStore`: qdrant-client against
-  ``KBSYNC_QDRANT_URL`` (or its local mode, used by the conformance tests).
+  ``KBSYNC_QDRANT_URL`` (or its local mode, used by the conformance tests);
+- :class:`~kbsync.store.relay_client.RelayStore`: read-only, the embedded
+  store of another process (a running ingest) through its relay socket.
 
 Adapter modules are imported lazily so that importing the interface does not
 load either engine.
@@ -31,14 +33,20 @@ __all__ = ["DENSE", "SPARSE", "Filter", "Match", "Point", "ScoredPoint", "Sparse
            "open_store"]
 
 
-def open_store(settings: "Settings") -> VectorStore:
+def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorStore:
     """The store the settings ask for: a server when ``qdrant_url`` is set, else embedded.
 
-    The embedded store locks ``settings.store_path`` until ``close()``; open
-    one per process and share it (it is safe to use from several threads).
+    The embedded folder admits one process, locked until ``close()``; open one
+    store per process and share it (it is safe to use from several threads).
+    With ``serve_readers`` (the ingest and eval flows) the holder also serves
+    other processes' reads on a Unix socket (:mod:`kbsync.store.relay`). A
+    folder held by such a process opens as a read-only
+    :class:`~kbsync.store.relay_client.RelayStore` whose writes raise
+    ``StoreUnavailable``.
 
     Raises:
-        StoreUnavailable: the embedded folder is held by another process.
+        StoreUnavailable: the embedded folder is held by a process that serves
+            no reads (or its relay fails).
         StoreError: the folder or client cannot be set up.
     """
     if settings.qdrant_url:
@@ -46,6 +54,17 @@ def open_store(settings: "Settings") -> VectorStore:
 
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         return ServerStore.from_url(settings.qdrant_url, key)
+    from kbsync.errors import StoreUnavailable
     from kbsync.store.edge import EdgeStore
+    from kbsync.store.relay import socket_path
+    from kbsync.store.relay_client import open_reader
 
-    return EdgeStore(settings.store_path)
+    relay_socket = socket_path(settings.home, settings.store_path)
+    if serve_readers:
+        try:
+            store = EdgeStore(settings.store_path)
+        except StoreUnavailable:
+            return open_reader(settings.store_path, relay_socket)
+        store.serve_readers(relay_socket)
+        return store
+    return open_reader(settings.store_path, relay_socket)

@@ -36,7 +36,9 @@ from typing import Any, Iterator, Sequence
 
 import qdrant_edge as qe
 
-from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
+from kbsync import diskspace
+from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
+                           StoreUnavailable)
 from kbsync.store import _convert as cv
 from kbsync.store import edge_query as eq
 from kbsync.store.base import DENSE, Filter, Point, ScoredPoint, SparseVec
@@ -68,6 +70,26 @@ class _Shard:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _load_shard(folder: Path, name: str) -> Any:
+    """Open a shard folder; a folder the engine cannot read is ``StoreDrift`` (one line).
+
+    Seen with qdrant-edge-py 0.9.0 on a segment's id tracker overwritten with
+    garbage ("Corrupted ID tracker mapping"); a *truncated* id tracker loads and
+    silently loses points, which the ingest's store check catches instead.
+    """
+    try:
+        with _errors("load", name):
+            return qe.EdgeShard.load(str(folder))
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:
+        cause = " ".join(str(exc.__cause__ or exc).split())[:300]
+        raise StoreDrift(
+            f"edge store: collection {name!r} at {folder} cannot be opened, its files are "
+            f"damaged ({cause}); `kbsync verify --repair` sets a damaged chunk collection "
+            "aside and rebuilds it from the files") from exc
+
+
 def _vector_of(record: Any) -> list[float] | None:
     vec = record.vector
     if isinstance(vec, dict):
@@ -95,6 +117,7 @@ class EdgeStore:
         self._shards: dict[str, _Shard] = {}
         self._lock = threading.Lock()  # guards _shards and _closed
         self._closed = False
+        self._relay: Any = None  # kbsync.store.relay.RelayServer while serving readers
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             # A file object (not a bare fd): if the store is never closed, garbage
@@ -129,8 +152,8 @@ class EdgeStore:
             if not (folder / _CONFIG_FILE).is_file():
                 return None
             dimension, sparse = eq.read_config(folder, name)
-            with _errors("load", name):
-                shard = qe.EdgeShard.load(str(folder))
+            diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
+            shard = _load_shard(folder, name)
             handle = self._shards[name] = _Shard(shard, dimension, sparse)
             return handle
 
@@ -166,6 +189,7 @@ class EdgeStore:
                     raise StoreError(f"edge store at {self.path} is closed")
                 handle = self._shards.get(name)
                 if handle is None:
+                    diskspace.require_create(folder, name)
                     with _errors("create", name):
                         shard = qe.EdgeShard.create(str(folder), config)
                     handle = self._shards[name] = _Shard(shard, dimension, sparse)
@@ -239,27 +263,39 @@ class EdgeStore:
 
         Points written or deleted while iterating may or may not be seen.
         """
-        cv.check_limit(page_size, "page_size")
-        edge_filter = to_edge_filter(flt)
-        handle = self._get(name)
-        if handle is None:
-            return
-        offset: Any = None
+        offset: str | None = None
         while True:
-            request = qe.ScrollRequest(
-                offset=offset, limit=page_size, filter=edge_filter,
-                with_payload=with_payload, with_vector=[DENSE] if with_vectors else False,
-            )
-            with handle.lock, _errors("scroll", name):
-                records, offset = handle.shard.scroll(request)
-            for rec in records:
-                yield Point(
-                    id=str(rec.id),
-                    payload=(rec.payload or {}) if with_payload else {},
-                    vector=_vector_of(rec) if with_vectors else None,
-                )
+            points, offset = self.scroll_page(name, flt, offset=offset, limit=page_size,
+                                              with_payload=with_payload,
+                                              with_vectors=with_vectors)
+            yield from points
             if offset is None:
                 return
+
+    def scroll_page(
+        self, name: str, flt: Filter | None = None, *, offset: str | None = None,
+        limit: int = 1024, with_payload: bool = True, with_vectors: bool = False,
+    ) -> tuple[list[Point], str | None]:
+        """One page of :meth:`scroll` from ``offset`` (a point id, ``None``: the start).
+
+        Returns the points and the offset of the next page (``None`` after the last);
+        ``([], None)`` when the collection is missing. The relay serves scrolls this way.
+        """
+        cv.check_limit(limit, "page_size")
+        edge_filter = to_edge_filter(flt)
+        start = None if offset is None else cv.check_point_id(offset)
+        handle = self._get(name)
+        if handle is None:
+            return [], None
+        request = qe.ScrollRequest(
+            offset=start, limit=limit, filter=edge_filter,
+            with_payload=with_payload, with_vector=[DENSE] if with_vectors else False,
+        )
+        with handle.lock, _errors("scroll", name):
+            records, following = handle.shard.scroll(request)
+        points = [Point(id=str(rec.id), payload=(rec.payload or {}) if with_payload else {},
+                        vector=_vector_of(rec) if with_vectors else None) for rec in records]
+        return points, None if following is None else str(following)
 
     def count(self, name: str, flt: Filter | None = None) -> int:
         """Exact number of matching points (0 when the collection is missing)."""
@@ -364,8 +400,32 @@ class EdgeStore:
             with handle.lock, _errors("flush", cname):
                 handle.shard.flush()
 
+    def serve_readers(self, socket_path: Path) -> bool:
+        """Serve read-only calls of other processes on ``socket_path`` until :meth:`close`.
+
+        See :mod:`kbsync.store.relay`. A relay that cannot start is logged and
+        leaves this store working as before (readers then get ``StoreUnavailable``).
+        Returns whether the relay runs.
+        """
+        from kbsync.store.relay import RelayServer
+
+        if self._relay is None:
+            try:
+                self._relay = RelayServer.start(self, Path(socket_path))
+            except StoreError as exc:
+                log.warning("other processes cannot read this store while it is open: %s", exc)
+        return self._relay is not None
+
     def close(self) -> None:
-        """Flush and close every shard, then release the folder lock (idempotent)."""
+        """Flush and close every shard, then release the folder lock (idempotent).
+
+        A relay keeps serving during the flush (the longest part) and stops before
+        the shards close, so readers see at most a short gap with neither.
+        """
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            self._flush_quietly()
+            relay.stop()
         with self._lock:
             if self._closed:
                 return
@@ -383,6 +443,12 @@ class EdgeStore:
         self._lock_file.close()  # closing the file releases the flock
         if first_error is not None:
             raise first_error
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except KbsyncError as exc:  # close() flushes again and raises it then
+            log.debug("flush before stopping the relay failed: %s", exc)
 
     def __enter__(self) -> "EdgeStore":
         return self

@@ -1,0 +1,327 @@
+"""Reading an embedded store that a running ingest holds: the client of the relay.
+
+:func:`open_reader` opens the store folder directly when it is free, and
+otherwise connects to the relay of the process holding it
+(:mod:`kbsync.store.relay`) and returns a :class:`RelayStore`: the read
+methods of ``VectorStore`` forwarded over the socket, the write methods
+refused with ``StoreUnavailable``.
+
+Bounded waits: connecting takes at most ``CONNECT_TIMEOUT_S``, each call
+``call_timeout_s`` (default ``CALL_TIMEOUT_S``); a folder that is locked while
+no relay answers (an ingest starting or closing) is retried for ``OPEN_WAIT_S``.
+
+When the ingest ends between two calls, the next call opens the store again
+(directly, or through a new ingest's relay) and goes on. When it goes away
+after a request was sent, the call fails with a one-line ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import kbsync.errors as errors
+from kbsync.errors import KbsyncError, StoreError, StoreUnavailable
+from kbsync.store import _convert as cv
+from kbsync.store import relay
+from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+CALL_TIMEOUT_S = 30.0
+"""Longest wait for one answer: an ingest's engine call (an upsert page) takes well under 1 s."""
+OPEN_WAIT_S = 1.0
+_POLL_S = 0.05
+T = TypeVar("T")
+
+
+class _RelayAbsent(Exception):
+    """Nothing listens on the relay socket (no file, or a stale one)."""
+
+
+class _NotSent(Exception):
+    """The connection was closed before the request went out (safe to resend)."""
+
+
+def open_reader(store_path: Path, socket_path: Path, *, wait_s: float = OPEN_WAIT_S,
+                call_timeout_s: float = CALL_TIMEOUT_S) -> Any:
+    """The store for a process that reads: an ``EdgeStore`` when the folder is free,
+    else a :class:`RelayStore` through the process holding it.
+
+    Raises:
+        StoreUnavailable: the folder stays locked for ``wait_s`` and its holder
+            serves no relay, or the relay fails to answer.
+    """
+    def connect() -> RelayStore:
+        return RelayStore.connect(store_path, socket_path, call_timeout_s=call_timeout_s)
+
+    return _acquire(Path(store_path), Path(socket_path), wait_s, connect)
+
+
+def _acquire(store_path: Path, socket_path: Path, wait_s: float,
+             connect: Callable[[], T]) -> Any:
+    from kbsync.store.edge import EdgeStore
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return EdgeStore(store_path)
+        except StoreUnavailable as locked:
+            try:
+                return connect()
+            except _RelayAbsent:
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailable(f"{locked}; its holder serves no reads (no relay on "
+                                           f"{socket_path})") from locked
+        time.sleep(_POLL_S)
+
+
+def _error_class(kind: Any) -> type[KbsyncError]:
+    cls = getattr(errors, str(kind), None)
+    if isinstance(cls, type) and issubclass(cls, KbsyncError):
+        return cls
+    return StoreError
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether an idle connection was closed by the server (or holds unasked-for bytes)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
+
+
+class RelayStore:
+    """A read-only :class:`~kbsync.store.base.VectorStore` served by the ingest holding
+    the embedded store.
+
+    Invariants: results equal the ``EdgeStore``'s (same records, same order);
+    write methods raise ``StoreUnavailable`` and change nothing; one request is
+    in flight per instance (calls from several threads queue on a lock).
+    """
+
+    def __init__(self, store_path: Path, socket_path: Path, *,
+                 call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.path = Path(store_path)
+        self.socket_path = Path(socket_path)
+        self.pid: int | None = None
+        self._timeout = call_timeout_s
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._direct: Any = None  # the EdgeStore, once the ingest has ended
+        self._closed = False
+
+    @classmethod
+    def connect(cls, store_path: Path, socket_path: Path, *,
+                call_timeout_s: float = CALL_TIMEOUT_S) -> "RelayStore":
+        """Connect to the relay and greet it.
+
+        Raises:
+            _RelayAbsent: nothing listens on ``socket_path``.
+            StoreUnavailable: the relay refused, or did not answer in time.
+        """
+        store = cls(store_path, socket_path, call_timeout_s=call_timeout_s)
+        store._connect()
+        return store
+
+    # --- transport --------------------------------------------------------------------------
+    def _connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(str(self.socket_path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise _RelayAbsent(str(exc)) from exc
+        except OSError as exc:
+            sock.close()
+            raise StoreUnavailable(f"edge store at {self.path} is held by another process, and "
+                                   f"its relay {self.socket_path} cannot be reached: {exc}") from exc
+        self._sock = sock
+        try:
+            hello = self._exchange("hello", {})
+        except _NotSent as exc:
+            self._drop()
+            raise _RelayAbsent("closed at once") from exc
+        self.pid = int(hello["pid"])
+        log.info("reading %s through the process holding it (pid %s)", self.path, self.pid)
+
+    def _exchange(self, op: str, args: dict) -> Any:
+        sock = self._sock
+        assert sock is not None
+        sock.settimeout(self._timeout)
+        try:
+            relay.send_frame(sock, {"v": relay.PROTOCOL_VERSION, "op": op, "args": args})
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _NotSent() from exc
+        except OSError as exc:
+            self._drop()
+            raise self._gone(op, exc) from exc
+        try:
+            reply = relay.recv_frame(sock)
+        except TimeoutError as exc:
+            self._drop()
+            raise StoreUnavailable(
+                f"the process serving reads of {self.path} ({self._who()}) did not answer "
+                f"{op} within {self._timeout:g} s; retry later") from exc
+        except OSError as exc:
+            self._drop()
+            raise self._gone(op, exc) from exc
+        except StoreError:
+            self._drop()
+            raise
+        if reply is None:
+            self._drop()
+            raise self._gone(op, None)
+        return self._result(reply)
+
+    def _result(self, reply: dict) -> Any:
+        if reply.get("v") != relay.PROTOCOL_VERSION:
+            raise StoreUnavailable(f"the process holding {self.path} speaks relay protocol "
+                                   f"{reply.get('v')!r}, this reader {relay.PROTOCOL_VERSION}: "
+                                   "use the same kbsync version")
+        if reply.get("ok"):
+            return reply.get("result")
+        error = reply.get("error") or {}
+        raise _error_class(error.get("kind"))(str(error.get("message", "relay call failed")))
+
+    def _gone(self, op: str, exc: BaseException | None) -> StoreUnavailable:
+        why = f": {exc}" if exc is not None else ""
+        return StoreUnavailable(
+            f"the process serving reads of {self.path} ({self._who()}) went away during {op}"
+            f"{why}; retry (once it has exited the store opens directly)")
+
+    def _who(self) -> str:
+        return f"pid {self.pid}" if self.pid is not None else "pid unknown"
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _reacquire(self) -> None:
+        """After the relay closed between calls: open directly, or through a new relay."""
+        self._drop()
+
+        def reconnect() -> "RelayStore":
+            self._connect()
+            return self
+
+        opened = _acquire(self.path, self.socket_path, OPEN_WAIT_S, reconnect)
+        if opened is not self:
+            self._direct = opened
+            log.info("the process holding %s has ended: reading it directly", self.path)
+
+    def _call(self, op: str, args: dict) -> Any:
+        with self._lock:
+            for _ in range(3):
+                if self._closed:
+                    raise StoreError(f"relay store for {self.path} is closed")
+                if self._direct is not None:
+                    return relay.run_op(self._direct, op, args)
+                if self._sock is None or _peer_closed(self._sock):
+                    self._reacquire()
+                    continue
+                try:
+                    return self._exchange(op, args)
+                except _NotSent:
+                    self._reacquire()
+            raise StoreUnavailable(f"the relay of {self.path} keeps closing connections; retry")
+
+    # --- reads --------------------------------------------------------------------------------
+    def collection_dimension(self, name: str) -> int | None:
+        """The dense dimension of ``name``, or ``None`` when it does not exist."""
+        return self._call("collection_dimension", {"name": name})
+
+    def count(self, name: str, flt: Filter | None = None) -> int:
+        """Exact number of matching points (0 when the collection is missing)."""
+        return int(self._call("count", {"name": name,
+                                        "filter": relay.encode_filter(cv.check_filter(flt))}))
+
+    def scroll(
+        self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
+        with_vectors: bool = False, page_size: int = 1024,
+    ) -> Iterator[Point]:
+        """Iterate over matching points in id order, one call per page."""
+        args = {"name": name, "filter": relay.encode_filter(cv.check_filter(flt)),
+                "offset": None, "limit": page_size, "with_payload": with_payload,
+                "with_vectors": with_vectors}
+        while True:
+            page = self._call("scroll_page", args)
+            yield from relay.decode_points(page["points"])
+            if page["next"] is None:
+                return
+            args = {**args, "offset": page["next"]}
+
+    def search(
+        self, name: str, vector: Sequence[float], *, limit: int,
+        flt: Filter | None = None, score_threshold: float | None = None,
+    ) -> list[ScoredPoint]:
+        """Nearest points by cosine similarity, best first."""
+        return relay.decode_scored(self._call("search", {
+            "name": name, "vector": vector, "limit": limit,
+            "filter": relay.encode_filter(cv.check_filter(flt)),
+            "score_threshold": score_threshold}))
+
+    def sparse_search(
+        self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
+    ) -> list[ScoredPoint]:
+        """Points by BM25 score, best first."""
+        return relay.decode_scored(self._call("sparse_search", {
+            "name": name, "sparse": relay.encode_sparse(sparse), "limit": limit,
+            "filter": relay.encode_filter(cv.check_filter(flt))}))
+
+    def hybrid_search(
+        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
+        flt: Filter | None = None, candidate_limit: int | None = None,
+    ) -> list[ScoredPoint]:
+        """Dense and sparse candidates fused by RRF in the engine."""
+        return relay.decode_scored(self._call("hybrid_search", {
+            "name": name, "dense": dense, "sparse": relay.encode_sparse(sparse),
+            "limit": limit, "filter": relay.encode_filter(cv.check_filter(flt)),
+            "candidate_limit": candidate_limit}))
+
+    # --- writes: refused ----------------------------------------------------------------------
+    def _read_only(self) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"edge store at {self.path} is read-only here: {self._who()} holds it (a running "
+            "ingest or eval) and serves reads only; retry when it has finished")
+
+    def ensure_collection(self, name: str, *, dimension: int, **_options: Any) -> None:
+        """Refused: read-only while an ingest runs."""
+        raise self._read_only()
+
+    def upsert(self, name: str, points: Sequence[Point]) -> None:
+        """Refused: read-only while an ingest runs."""
+        raise self._read_only()
+
+    def delete_ids(self, name: str, ids: Sequence[str]) -> None:
+        """Refused: read-only while an ingest runs."""
+        raise self._read_only()
+
+    def delete(self, name: str, flt: Filter) -> None:
+        """Refused: read-only while an ingest runs."""
+        raise self._read_only()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Disconnect (or close the store opened after the ingest ended); idempotent."""
+        with self._lock:
+            self._closed = True
+            self._drop()
+            direct, self._direct = self._direct, None
+        if direct is not None:
+            direct.close()
+
+    def __enter__(self) -> "RelayStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RelayStore({str(self.path)!r}, via {str(self.socket_path)!r})"
