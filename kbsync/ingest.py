@@ -12,7 +12,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from kbsync import identity
+from kbsync import diskspace, identity
 from kbsync.convert import is_supported
 from kbsync.discover import Discovery, discover, iter_batches
 from kbsync.errors import PermanentError
@@ -247,14 +247,56 @@ def store_drift_warning(check: StoreCheck, *, after: bool) -> str:
             "files that are gone): run `kbsync verify --repair`")
 
 
+def require_room(works, runtime, *, what: str = "the next batch") -> None:
+    """Check the embedded store's disk has room for writing ``works`` (DocWork with chunks).
+
+    A no-op against a Qdrant server (only the embedding cache is local, and a cache
+    write that fails is only a warning).
+
+    Raises:
+        DiskFull: a run-level error (never one document's failure); nothing of the
+            batch was written, so every document keeps its previous version.
+    """
+    settings = runtime.settings
+    if settings.qdrant_url:
+        return
+    estimate = diskspace.estimate_batch(
+        (([c.text for c in w.chunks], len(str(w.source.path)), [c.heading_path for c in w.chunks])
+         for w in works), dimension=runtime.service.dimension if runtime.service else 0)
+    if estimate.documents:
+        what = f"{what} ({estimate.documents} documents, {estimate.chunks} chunks)"
+    diskspace.require(settings.store_path, need=estimate.total, what=what,
+                      margin=int(settings.min_free_mb * diskspace.MIB))
+
+
+def write_batch(works, *, runtime, namespace: str, run_id: str) -> StageResult:
+    """The write stage behind :func:`require_room` (the flow's upsert task and
+    :func:`run_plain` both write through here)."""
+    if works:
+        require_room(works, runtime)
+    return write_stage(works, runtime=runtime, namespace=namespace, run_id=run_id)
+
+
+def heal_batch(items, *, runtime, namespace: str, run_id: str) -> StageResult:
+    """The heal stage behind :func:`require_room` (its writes are re-embedded chunks)."""
+    if items:
+        require_room([], runtime, what="healing partial documents")
+    return heal_stage(items, runtime=runtime, namespace=namespace, run_id=run_id)
+
+
 def finish_unchanged(rp: RootPlan, runtime) -> None:
     """Refresh size/mtime of unchanged files whose hash was checked."""
     items = [i for i in rp.plan.of(PlanAction.UNCHANGED) if i.previous is not None]
+    if any((i.previous.size, i.previous.mtime_ns) != (i.file.size, i.file.mtime_ns)
+           for i in items):
+        require_room([], runtime, what="refreshing state records")
     touch_states([i.file for i in items], [i.previous for i in items], runtime.states)
 
 
 def delete_missing(rp: RootPlan, runtime, namespace: str) -> int:
     """Delete the documents full mode decided to remove from this root."""
+    if rp.to_delete:  # deleting writes to the log first
+        require_room([], runtime, what="deleting documents")
     return delete_documents(rp.to_delete, store=runtime.store, states=runtime.states,
                             collection=runtime.collection, namespace=namespace)
 
@@ -265,7 +307,7 @@ def process_batch(items, *, runtime, namespace: str, run_id: str) -> list[StageR
                               converter=runtime.converter())
     chunked = chunk_stage(converted.work, config=runtime.chunk_config)
     embedded = embed_stage(chunked.work, service=runtime.service)
-    written = write_stage(embedded.work, runtime=runtime, namespace=namespace, run_id=run_id)
+    written = write_batch(embedded.work, runtime=runtime, namespace=namespace, run_id=run_id)
     return [converted, chunked, embedded, written]
 
 
@@ -305,7 +347,7 @@ def run_plain(
             for result in process_batch(batch, runtime=runtime, namespace=namespace,
                                         run_id=summary.run_id):
                 account_stage(summary, result)
-        account_stage(summary, heal_stage(rp.plan.of(PlanAction.HEAL), runtime=runtime,
+        account_stage(summary, heal_batch(rp.plan.of(PlanAction.HEAL), runtime=runtime,
                                           namespace=namespace, run_id=summary.run_id))
         finish_unchanged(rp, runtime)
         summary.deleted += delete_missing(rp, runtime, namespace)

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     convert_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit per file.")
     convert_memory_mb: int = Field(2048, ge=256, description="Address-space limit per worker.")
     max_file_mb: float = Field(100.0, gt=0, description="Files above this size are refused.")
+    min_free_mb: float = Field(
+        64.0, ge=0, description="Free space kept under KBSYNC_HOME beyond what a write needs; "
+        "a batch that would eat into it stops the run with DiskFull.")
 
     @property
     def store_path(self) -> Path:

@@ -78,8 +78,8 @@ def embed_batch(chunked: pipeline.StageResult, settings: Settings) -> pipeline.S
 def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespace: str,
                  run_id: str) -> pipeline.StageResult:
     """Upsert, delete stale points, then commit state, document by document."""
-    return pipeline.write_stage(embedded.work, runtime=runtime_for(settings),
-                                namespace=namespace, run_id=run_id)
+    return ingest.write_batch(embedded.work, runtime=runtime_for(settings),
+                              namespace=namespace, run_id=run_id)
 
 
 @task(name="heal", tags=["kbsync", "embed"], retries=2, retry_delay_seconds=5,
@@ -87,8 +87,8 @@ def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespac
 def heal_batch(items: list[PlanItem], settings: Settings, *, namespace: str,
                run_id: str) -> pipeline.StageResult:
     """Re-embed the zero-vector chunks of unchanged partial documents."""
-    return pipeline.heal_stage(items, runtime=runtime_for(settings), namespace=namespace,
-                               run_id=run_id)
+    return ingest.heal_batch(items, runtime=runtime_for(settings), namespace=namespace,
+                             run_id=run_id)
 
 
 @task(name="finish-root", tags=["kbsync", "delete"], retries=3,

@@ -5,6 +5,10 @@ concurrent use from many threads and processes on one machine and evicts the
 least recently used entries once ``size_limit`` bytes are exceeded. Vectors are
 stored as little-endian float32 bytes: 1.5 KB for 384 dimensions instead of
 about 8 KB pickled.
+
+A cache is never the truth: when the disk is full (SQLite "database or disk is
+full", ENOSPC) or the cache cannot be opened or locked, reads count as misses
+and writes are dropped, with one warning per cache instance (then debug lines).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sqlite3
 import sys
 import threading
 from array import array
@@ -25,6 +30,9 @@ from kbsync.embed.base import TextKind
 log = logging.getLogger(__name__)
 
 _GIB = 1024**3
+# What a failing cache raises: SQLite errors (disk full, I/O, lock), OSError (ENOSPC on its
+# files), diskcache.Timeout (its lock wait ran out).
+_SOFT_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 
 
 def cache_key(provider: str, model: str, dimension: int, kind: TextKind | str, text: str) -> str:
@@ -79,19 +87,34 @@ class EmbeddingCache:
         timeout_s: float = 60.0,
     ) -> None:
         self.directory = str(directory)
-        self._cache = diskcache.Cache(
-            self.directory,
-            size_limit=int(size_limit_bytes),
-            eviction_policy="least-recently-used",
-            # diskcache culls inside each set(); within a transaction the file
-            # does not shrink until commit, so it would evict ~10 entries per
-            # set, far below the bound. We cull once after each committed batch.
-            cull_limit=0,
-            timeout=timeout_s,
-        )
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self._warned = False
+        self._size_limit, self._timeout = int(size_limit_bytes), timeout_s
+        self._cache: diskcache.Cache | None = None
+        try:
+            self._cache = diskcache.Cache(
+                self.directory,
+                size_limit=int(size_limit_bytes),
+                eviction_policy="least-recently-used",
+                # diskcache culls inside each set(); within a transaction the file
+                # does not shrink until commit, so it would evict ~10 entries per
+                # set, far below the bound. We cull once after each committed batch.
+                cull_limit=0,
+                timeout=timeout_s,
+            )
+        except _SOFT_ERRORS as exc:
+            self._soft_failure("open", exc)
+
+    def _soft_failure(self, action: str, exc: BaseException) -> None:
+        """Log a cache failure: a warning the first time, then at debug level."""
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        level = logging.DEBUG if self._warned else logging.WARNING
+        self._warned = True
+        log.log(level, "embedding cache at %s: %s failed (%s: %s); going on without it "
+                "(vectors are computed again)", self.directory, action, type(exc).__name__,
+                first)
 
     @classmethod
     def from_gb(cls, directory: str | PathLike[str], size_gb: float) -> "EmbeddingCache":
@@ -101,10 +124,16 @@ class EmbeddingCache:
     def get_many(self, keys: Sequence[str]) -> list[list[float] | None]:
         """The vector for each key, or None where absent; counts hits and misses."""
         found: list[list[float] | None] = []
-        # One transaction: under LRU every read also writes an access time, and
-        # batching those writes is ~10x faster than one commit per key.
-        with self._cache.transact(retry=True):
-            blobs = [self._cache.get(key, default=None, retry=True) for key in keys]
+        blobs: list = [None] * len(keys)
+        try:
+            # One transaction: under LRU every read also writes an access time, and
+            # batching those writes is ~10x faster than one commit per key. If only
+            # that commit fails (disk full), the values read are still good.
+            if self._cache is not None:
+                with self._cache.transact(retry=True):
+                    blobs = [self._cache.get(key, default=None, retry=True) for key in keys]
+        except _SOFT_ERRORS as exc:
+            self._soft_failure("reading", exc)
         for blob in blobs:
             vector = None
             if isinstance(blob, bytes) and blob and len(blob) % 4 == 0:
@@ -125,12 +154,16 @@ class EmbeddingCache:
         one commit.
         """
         pairs = list(items.items() if isinstance(items, Mapping) else items)
-        if not pairs:
+        if not pairs or self._cache is None:
             return 0
-        with self._cache.transact(retry=True):
-            for key, vector in pairs:
-                self._cache.set(key, pack_vector(vector), retry=True)
-        evicted = self._cache.cull(retry=True)
+        try:
+            with self._cache.transact(retry=True):
+                for key, vector in pairs:
+                    self._cache.set(key, pack_vector(vector), retry=True)
+            evicted = self._cache.cull(retry=True)
+        except _SOFT_ERRORS as exc:
+            self._soft_failure("writing", exc)
+            return 0
         if evicted:
             log.debug("embedding cache: evicted %d entries to stay under %d bytes", evicted, self._cache.size_limit)
         return len(pairs)
@@ -144,20 +177,21 @@ class EmbeddingCache:
         self.set_many([(key, vector)])
 
     def __len__(self) -> int:
-        return len(self._cache)
+        return 0 if self._cache is None else len(self._cache)
 
     def volume(self) -> int:
         """Estimated bytes on disk."""
-        return self._cache.volume()
+        return 0 if self._cache is None else self._cache.volume()
 
     def stats(self) -> dict[str, int]:
         """Counters of this instance plus the entry count."""
         with self._lock:
-            return {"hits": self.hits, "misses": self.misses, "entries": len(self._cache)}
+            return {"hits": self.hits, "misses": self.misses, "entries": len(self)}
 
     def close(self) -> None:
         """Close SQLite connections (the cache reopens them if used again)."""
-        self._cache.close()
+        if self._cache is not None:
+            self._cache.close()
 
     def __enter__(self) -> "EmbeddingCache":
         return self
@@ -167,8 +201,8 @@ class EmbeddingCache:
 
     def __getstate__(self) -> dict:
         # diskcache handles hold SQLite connections: ship the location, not the handle.
-        return {"directory": self.directory, "size_limit": self._cache.size_limit,
-                "timeout": self._cache.timeout}
+        return {"directory": self.directory, "size_limit": self._size_limit,
+                "timeout": self._timeout}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["directory"], size_limit_bytes=state["size_limit"], timeout_s=state["timeout"])

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import qdrant_edge as qe
 
-from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
+from kbsync.errors import DimensionMismatch, DiskFull, KbsyncError, StoreError, StoreUnavailable
 from kbsync.store import _convert as cv
 from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Match, Scalar, ScoredPoint, SparseVec
 
@@ -43,6 +43,8 @@ def translate(exc: Exception, action: str, name: str) -> KbsyncError:
         return StoreUnavailable(text)
     if "dimension error" in low:
         return DimensionMismatch(text)
+    if "no space left on device" in low or "os error 28" in low:  # ENOSPC from a write()
+        return DiskFull(text)
     return StoreError(text)
 
 
