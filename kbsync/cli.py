@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Sequence
 
-from kbsync import cli_query, cli_remove, cli_support
+from kbsync import cli_query, cli_remove, cli_support, cli_verify
 from kbsync.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
                                 namespace_argument, score_argument, text_argument)
 from kbsync.errors import KbsyncError
@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also the source of ``--help``)."""
     parser = cli_support.ArgumentParser(
         prog="kbsync", description="Keep a Qdrant knowledge base in sync with document folders.",
-        epilog="Exit codes: 0 ok, 1 run failed, 2 usage error, 3 some files failed. "
+        epilog="Exit codes: 0 ok, 1 run failed, 2 usage error, 3 some files failed (verify: "
+               "drift found or left). "
                "Configuration comes from KBSYNC_* environment variables (see README).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     parser.add_argument("--version", action="version", version=f"kbsync {_version()}")
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     cli_query.register(sub)
     cli_remove.register(sub)
+    cli_verify.register(sub)
     return parser
 
 
@@ -120,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli_support.setup_logging(args.verbose)
         settings = cli_support.load_settings()
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
-                   **cli_query.COMMANDS, **cli_remove.COMMANDS}[args.command]
+                   **cli_query.COMMANDS, **cli_remove.COMMANDS,
+                   **cli_verify.COMMANDS}[args.command]
         return command(args, settings)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, one object
         return _failed(exc, argv, args, settings)
@@ -165,6 +168,9 @@ def _ingest(args, settings) -> int:
 
     # A missing, empty or overlapping root is a usage error before any run exists.
     check_roots([parse_root(root) for root in args.roots], home=settings.home)
+    from kbsync.lock import refuse_if_held
+
+    refuse_if_held(settings, args.namespace)  # before Prefect starts, which costs seconds
     from flows.ingest import ingest  # imported late: Prefect's import costs seconds
 
     from kbsync.console import ingest_status, print_ingest
@@ -193,51 +199,55 @@ def _as_kbsync_error(error) -> KbsyncError:
 
 
 def _search(args, settings) -> int:
-    from kbsync.console import out, print_search
-    from kbsync.runtime import Runtime
-    from kbsync.search import configured_llm, search
+    from kbsync.console import print_search
+    from kbsync.search import SearchResult, configured_llm, search
 
     llm = configured_llm(settings) if (args.mqe or args.hyde) else None
-    runtime = Runtime.open(settings)
-    try:
-        if runtime.store.collection_dimension(settings.collection) is None:
-            log.warning("collection %s does not exist yet: run `kbsync ingest` first",
-                        settings.collection)
-        result = search(args.query, store=runtime.store, service=runtime.service,
-                        collection=settings.collection, namespace=args.namespace, k=args.k,
-                        min_score=args.min_score, mode=args.mode, mqe=args.mqe,
-                        hyde=args.hyde, llm=llm)
-    finally:
-        runtime.close()
-    if args.json:
-        _emit(result.to_dict())
-        return EXIT_OK
-    print_search(result)
-    for text in result.expansions:
-        out.print(f"  also searched: {' '.join(text.split())[:160]}", highlight=False,
-                  markup=False)
-    for note in result.notes:
-        out.print(f"  note: {note}", highlight=False, markup=False)
+    store = cli_support.indexed_store(settings, args.namespace)
+    if store is None:  # answered at once: no model loaded, no folder created
+        result = SearchResult(query=args.query, namespace=args.namespace, mode=args.mode,
+                              raw_count=0, kept_count=0,
+                              notes=[cli_support.nothing_indexed(settings, args.namespace)])
+    else:
+        from kbsync.embed import build_embedding_service
+
+        try:
+            result = search(args.query, store=store, service=build_embedding_service(settings),
+                            collection=settings.collection, namespace=args.namespace,
+                            k=args.k, min_score=args.min_score, mode=args.mode, mqe=args.mqe,
+                            hyde=args.hyde, llm=llm)
+        finally:
+            store.close()
+    _emit(result.to_dict()) if args.json else print_search(result)
     return EXIT_OK
 
 
 def _stats(args, settings) -> int:
     from kbsync.console import print_stats
-    from kbsync.stats import collect_stats
-    from kbsync.store import open_store
+    from kbsync.stats import collect_stats, empty_stats
 
-    store = open_store(settings)
-    try:
-        data = collect_stats(store, settings, args.namespace)
-    finally:
-        store.close()
-    _emit(data) if args.json else print_stats(data)
+    store = cli_support.indexed_store(settings)
+    if store is None:
+        data = empty_stats(settings, args.namespace)
+    else:
+        try:
+            data = collect_stats(store, settings, args.namespace)
+        finally:
+            store.close()
+    if args.json:
+        _emit(data)
+    elif store is None:
+        from kbsync.console import out
+
+        out.print(cli_support.nothing_indexed(settings), highlight=False, markup=False,
+                  soft_wrap=True)
+    else:
+        print_stats(data)
     return EXIT_OK
 
 
 def _emit(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    cli_support.emit(obj)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from kbsync import identity
 from kbsync.convert import is_supported
 from kbsync.discover import discover, iter_batches
+from kbsync.errors import StoreDrift
 from kbsync.ingest import new_run_id, process_batch
 from kbsync.lock import ingest_lock
 from kbsync.models import DocState, RootSpec
@@ -51,6 +53,7 @@ class RepairResult:
     kept: list[str] = field(default_factory=list)  # drifted, but no file to rebuild from
     failures: list[dict] = field(default_factory=list)
     collection_recreated: bool = False
+    set_aside: str | None = None  # where a damaged (unopenable) collection folder went
 
     def to_dict(self) -> dict:
         """JSON form (``kept`` lists at most 20 doc_ids; ``kept_count`` is complete)."""
@@ -58,7 +61,8 @@ class RepairResult:
                 "reprocessed": self.reprocessed, "kept_count": len(self.kept),
                 "kept": sorted(self.kept)[:20], "failed": len(self.failures),
                 "failures": self.failures[:20],
-                "collection_recreated": self.collection_recreated}
+                "collection_recreated": self.collection_recreated,
+                "set_aside": self.set_aside}
 
 
 def repair(runtime, report: VerifyReport, *, namespace: str | None = None
@@ -85,6 +89,31 @@ def repair(runtime, report: VerifyReport, *, namespace: str | None = None
     after = verify(runtime.store, collection=runtime.collection,
                    state_collection=runtime.settings.state_collection, namespace=namespace)
     return result, after
+
+
+def set_aside_damaged(runtime) -> Path | None:
+    """Rename an embedded chunk collection the engine cannot open; returns where it went.
+
+    The folder is kept (``<name>.damaged-<UTC time>`` beside it), never deleted;
+    the collection then counts as missing and every document is rebuilt from
+    its file. Only the chunk collection: a damaged state collection is raised.
+
+    Raises:
+        StoreDrift: the store is a server's, or the state collection is the damaged one.
+    """
+    try:
+        runtime.store.collection_dimension(runtime.collection)
+        return None
+    except StoreDrift:
+        if runtime.settings.qdrant_url:
+            raise
+        folder = runtime.settings.store_path / runtime.collection
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = folder.with_name(f"{folder.name}.damaged-{stamp}")
+        folder.rename(aside)
+        log.warning("collection %s could not be opened: set aside as %s", runtime.collection,
+                    aside)
+        return aside
 
 
 def _repair_namespace(runtime, namespace: str, part: NamespaceReport,

@@ -1,0 +1,91 @@
+"""``kbsync verify [--namespace NS] [--repair] [--json]``: does the store hold what the state says?
+
+Plain library code (no Prefect server): :func:`kbsync.verify.verify` reads every
+chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.repair.repair`
+under the ingest write lock. Exit 0: no drift (after ``--repair``: none left);
+3: drift found (after ``--repair``: drift left, e.g. documents whose file is gone).
+"""
+
+from __future__ import annotations
+
+from kbsync.cli_support import EXIT_OK, EXIT_PARTIAL, emit, namespace_argument
+
+
+def register(sub) -> None:
+    """Add ``verify`` to the ``kbsync`` subparsers."""
+    ver = sub.add_parser(
+        "verify", help="check every document's points against its state record; --repair "
+                       "fixes the drift (exit 3 when drift is found or left)")
+    ver.add_argument("--namespace", type=namespace_argument, default=None,
+                     help="only this namespace (default: all)")
+    ver.add_argument("--repair", action="store_true",
+                     help="delete orphan points and rebuild drifted documents from their files "
+                          "(documents whose file is gone are kept as they are)")
+    ver.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def run_verify(args, settings) -> int:
+    """The ``verify`` command; returns the exit code."""
+    from kbsync.runtime import Runtime
+    from kbsync.verify import VerifyReport, verify
+
+    if not settings.qdrant_url and not settings.store_path.is_dir():
+        # Nothing was ever stored here; reading must not create the store's folders.
+        report, result, after = VerifyReport(settings.collection, False, {}), None, None
+    else:
+        runtime = Runtime.open(settings, with_embedder=args.repair)
+        try:
+            aside = None
+            if args.repair:
+                from kbsync.repair import set_aside_damaged
+
+                aside = set_aside_damaged(runtime)
+            report = verify(runtime.store, collection=settings.collection,
+                            state_collection=settings.state_collection,
+                            namespace=args.namespace)
+            result = after = None
+            if args.repair and report.drifted():
+                from kbsync.repair import repair
+
+                result, after = repair(runtime, report, namespace=args.namespace)
+                result.set_aside = str(aside) if aside else None
+        finally:
+            runtime.close()
+    data = {**report.to_dict(), "repair": result.to_dict() if result else None,
+            "remaining": (after if after is not None else report).drifted()}
+    if args.json:
+        emit(data)
+    else:
+        _print(data)
+    return EXIT_PARTIAL if data["remaining"] else EXIT_OK
+
+
+def _print(data: dict) -> None:
+    """The readable report: one line per namespace, one per kind of drift."""
+    from kbsync.console import out
+
+    def say(text: str) -> None:
+        out.print(text, highlight=False, markup=False)
+
+    if data["collection_missing"]:
+        say(f"collection {data['collection']}: missing, while documents are recorded")
+    for ns, info in data["namespaces"].items():
+        say(f"namespace {ns}: {info['documents']} documents, {info['points']} points, "
+            f"{info['drifted']} drifted")
+        for kind, entry in info["drift"].items():
+            shown = ", ".join(entry["doc_ids"][:5])
+            more = ", ..." if entry["documents"] > 5 else ""
+            say(f"  {kind}: {entry['documents']} documents, {entry['points']} points "
+                f"({shown}{more})")
+    repair = data["repair"]
+    if repair:
+        say(f"repair: {repair['orphans_deleted']} orphan points deleted, "
+            f"{repair['reprocessed']} documents rebuilt, {repair['failed']} failed, "
+            f"{repair['kept_count']} kept (no file to rebuild from)")
+    say("no drift" if not data["remaining"] else
+        f"{data['remaining']} documents drifted" + ("" if repair else
+                                                     ": `kbsync verify --repair` fixes it"))
+
+
+COMMANDS = {"verify": run_verify}
+"""Subcommand name -> handler ``(args, settings) -> exit code``, merged into cli.main's table."""
