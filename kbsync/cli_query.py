@@ -8,10 +8,11 @@ regression gate trips, printing the numbers on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from contextlib import nullcontext
 
+from kbsync import cli_support
+from kbsync.cli_support import namespace_argument, score_argument, text_argument
 from kbsync.errors import KbsyncError
 
 
@@ -33,10 +34,10 @@ def register(sub) -> None:
     """Add ``ask`` and ``eval`` to the ``kbsync`` subparsers."""
     ask = sub.add_parser("ask", help="answer a question from the knowledge base, with citations "
                                      "(needs KBSYNC_LLM_*)")
-    ask.add_argument("question", metavar="QUESTION")
-    ask.add_argument("--namespace", default="default")
+    ask.add_argument("question", metavar="QUESTION", type=text_argument)
+    ask.add_argument("--namespace", type=namespace_argument, default="default")
     ask.add_argument("-k", type=_k, default=5, help="chunks retrieved (default 5)")
-    ask.add_argument("--min-score", type=float, default=None, metavar="S",
+    ask.add_argument("--min-score", type=score_argument, default=None, metavar="S",
                      help="ignore chunks scoring below S; nothing above it = no answer "
                           "(default 0.3)")
     ask.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -46,7 +47,7 @@ def register(sub) -> None:
                                "against the last passing run in --report-dir.")
     ev.add_argument("queries_file", metavar="QUERIES_FILE",
                     help="JSONL {query, relevant[]} or CSV query,relevant (| between doc_ids)")
-    ev.add_argument("--namespace", default="default")
+    ev.add_argument("--namespace", type=namespace_argument, default="default")
     ev.add_argument("-k", type=_k, default=10, help="documents ranked per query (default 10)")
     ev.add_argument("--modes", default="dense", metavar="M1,M2",
                     help="comma-separated: dense, hybrid, with +mqeN / +hyde (default dense)")
@@ -62,17 +63,21 @@ def register(sub) -> None:
 def run_ask(args, settings) -> int:
     """``kbsync ask``: exit 0 also when nothing relevant was found (``answered`` is false)."""
     from kbsync.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
-    from kbsync.runtime import Runtime
 
     llm = build_chat_client(settings)  # a missing configuration fails before any search
-    runtime = Runtime.open(settings)
-    try:
-        answer = ask(args.question, store=runtime.store, service=runtime.service,
-                     collection=settings.collection, llm=llm, namespace=args.namespace,
-                     k=args.k, min_score=DEFAULT_MIN_SCORE if args.min_score is None
-                     else args.min_score)
-    finally:
-        runtime.close()
+    min_score = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
+    store = cli_support.indexed_store(settings, args.namespace)
+    if store is None:  # answered at once, without the model or the chat model
+        answer = _nothing_indexed(args, settings, min_score)
+    else:
+        from kbsync.embed import build_embedding_service
+
+        try:
+            answer = ask(args.question, store=store, service=build_embedding_service(settings),
+                         collection=settings.collection, llm=llm, namespace=args.namespace,
+                         k=args.k, min_score=min_score)
+        finally:
+            store.close()
     if args.json:
         _emit(answer.to_dict())
     else:
@@ -118,9 +123,17 @@ def run_eval(args, settings) -> int:
     return 0
 
 
+def _nothing_indexed(args, settings, min_score):
+    from kbsync.answer import Answer
+
+    message = cli_support.nothing_indexed(settings, args.namespace)
+    return Answer(query=args.question, namespace=args.namespace, mode="dense", answer=message,
+                  answered=False, citations=[], raw_count=0, kept_count=0, results=[],
+                  latency_ms=0.0, min_score=min_score)
+
+
 def _emit(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    cli_support.emit(obj)
 
 
 def _print_answer(answer) -> None:

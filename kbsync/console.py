@@ -39,7 +39,7 @@ def print_ingest(summary: dict) -> None:
 
 
 def print_search(result: SearchResult) -> None:
-    """Hits with their citations and a text excerpt."""
+    """Hits with their citations and a text excerpt, then expansions and notes."""
     out.print(f"{result.kept_count} kept of {result.raw_count} candidates for "
               f"{result.query!r} in namespace {result.namespace} ({result.latency_ms} ms)",
               highlight=False)
@@ -47,6 +47,11 @@ def print_search(result: SearchResult) -> None:
         excerpt = " ".join(hit.text.split())[:240]
         out.print(f"[bold]{citation(hit)}[/bold]  score {hit.score:.3f}", highlight=False)
         out.print(f"    {excerpt}", highlight=False, markup=False)
+    for text in result.expansions:
+        out.print(f"  also searched: {' '.join(text.split())[:160]}", highlight=False,
+                  markup=False)
+    for note in result.notes:
+        out.print(f"  note: {note}", highlight=False, markup=False)
 
 
 def print_stats(data: dict) -> None:

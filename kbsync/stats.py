@@ -48,3 +48,14 @@ def _embedding(states: StateStore, settings: Settings, dimension: int | None) ->
     if configured != {"provider": stored.provider, "model": stored.model}:
         data["configured_embedding"] = configured
     return data
+
+
+def empty_stats(settings: Settings, namespace: str | None = None) -> dict:
+    """What :func:`collect_stats` reports for a store that holds nothing yet (opens nothing)."""
+    return {
+        "collection": settings.collection,
+        "embedding": {"provider": settings.embed_provider.value,
+                      "model": settings.embed_model_name(), "dimension": None},
+        "namespaces": ({} if namespace is None else
+                       {namespace: {"documents": 0, "chunks": 0, "failed_embeddings": 0}}),
+    }

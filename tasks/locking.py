@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from contextlib import ExitStack, contextmanager
 from typing import Iterator
@@ -17,10 +18,10 @@ from prefect import get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.sync import concurrency
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import MissingContextError, ObjectNotFound
 
 from kbsync.errors import LockHeld
-from kbsync.lock import ingest_lock_path, write_lock
+from kbsync.lock import ingest_lock
 from kbsync.settings import Settings
 
 
@@ -39,10 +40,21 @@ def _ensure_limit(name: str) -> None:
                                                                                 limit=1))
 
 
+def _logger():
+    try:
+        return get_run_logger()
+    except MissingContextError:  # e.g. `kbsync remove`, which runs outside any flow
+        return logging.getLogger(__name__)
+
+
 @contextmanager
-def run_lock(settings: Settings, namespace: str) -> Iterator[None]:
-    """Hold the write lock for one ingest run (see module doc)."""
-    logger = get_run_logger()
+def run_lock(settings: Settings, namespace: str, *, purpose: str = "ingest") -> Iterator[None]:
+    """Hold the write lock for one ingest run, or another writer like one (see module doc).
+
+    Args:
+        purpose: recorded in the lock file, so a refused writer can name it.
+    """
+    logger = _logger()
     with ExitStack() as stack:
         if settings.qdrant_url:
             name = limit_name(settings, namespace)
@@ -54,6 +66,5 @@ def run_lock(settings: Settings, namespace: str) -> Iterator[None]:
             except TimeoutError as exc:
                 raise LockHeld(f"another ingest holds {name}; waited "
                                f"{settings.lock_timeout_s} s") from exc
-        stack.enter_context(write_lock(ingest_lock_path(settings, namespace),
-                                       timeout_s=settings.lock_timeout_s))
+        stack.enter_context(ingest_lock(settings, namespace, purpose=purpose))
         yield

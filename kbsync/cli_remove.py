@@ -1,0 +1,128 @@
+"""``kbsync remove``: drop a share or a namespace on purpose (wired in by :mod:`kbsync.cli`).
+
+On a terminal it shows what would go and asks; without a terminal it needs
+``--yes`` (exit 2 otherwise, nothing removed). It takes the ingest's write lock
+(on a Qdrant server also the Prefect global concurrency limit, when
+``PREFECT_API_URL`` names a Prefect server), so it never interleaves with an
+ingest. The work is :mod:`kbsync.remove`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+from kbsync import cli_support
+from kbsync.cli_support import EXIT_OK, namespace_argument
+from kbsync.errors import UsageError
+from kbsync.remove import Removal, Target, measure, remove
+
+
+def register(sub) -> None:
+    """Add ``remove`` to the ``kbsync`` subparsers."""
+    rm = sub.add_parser(
+        "remove", help="drop a share (--root NAME) or a whole namespace from the knowledge base",
+        epilog="Points go first, then the documents' state records, then the root's binding "
+               "(a crash in between is finished by running it again).")
+    what = rm.add_mutually_exclusive_group(required=True)
+    what.add_argument("--root", metavar="NAME", type=_root_name,
+                      help="every document of root NAME (the doc_id prefix) in one namespace")
+    what.add_argument("--namespace", metavar="NS", type=namespace_argument,
+                      help="every document of namespace NS")
+    rm.add_argument("--namespace-of-root", metavar="NS", type=namespace_argument, default=None,
+                    help="the namespace of --root NAME (default: default)")
+    rm.add_argument("--yes", action="store_true",
+                    help="do not ask (needed when stdin is not a terminal)")
+    rm.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def _root_name(text: str) -> str:
+    if not text.strip() or "/" in text or "=" in text:
+        raise ValueError  # argparse: "invalid _root_name value"
+    return text
+
+
+_root_name.__name__ = "root NAME"  # argparse names the type in its message
+
+
+def run_remove(args, settings) -> int:
+    """``kbsync remove``: 0 removed (or nothing to remove, or declined), 2 usage error."""
+    if args.namespace is not None and args.namespace_of_root is not None:
+        raise UsageError("argument --namespace-of-root: only goes with --root "
+                         "(see `kbsync remove --help`)")
+    target = Target(namespace=args.namespace or args.namespace_of_root or "default",
+                    root=args.root)
+    interactive = sys.stdin.isatty()
+    if not args.yes and not interactive:
+        raise UsageError(f"remove of {target.describe()} needs --yes when stdin is not a "
+                         "terminal; nothing was removed")
+    planned = _measure(settings, target)
+    if planned.empty():
+        return _report(args, planned, f"nothing to remove: {target.describe()} holds no "
+                                      f"documents in collection {settings.collection!r}")
+    if not args.yes and not _confirm(planned, target):
+        return _report(args, Removal(settings.collection, target.namespace, target.root),
+                       "not confirmed: nothing was removed", confirmed=False)
+    from kbsync.store import open_store
+
+    with _write_lock(settings, target.namespace):
+        store = open_store(settings)
+        try:
+            removed = remove(store, collection=settings.collection,
+                             state_collection=settings.state_collection, target=target)
+        finally:
+            store.close()
+    return _report(args, removed, f"removed {target.describe()}: {removed.documents} documents, "
+                                  f"{removed.chunks} chunks, {removed.root_bindings} root "
+                                  f"bindings (collection {settings.collection!r})")
+
+
+def _measure(settings, target: Target) -> Removal:
+    """What would go; opens nothing (creates nothing) when the store does not exist."""
+    store = cli_support.indexed_store(settings)
+    if store is None:
+        return Removal(settings.collection, target.namespace, target.root)
+    try:
+        return measure(store, collection=settings.collection,
+                       state_collection=settings.state_collection, target=target)
+    finally:
+        store.close()  # the embedded store admits one process: not held while asking
+
+
+def _confirm(planned: Removal, target: Target) -> bool:
+    sys.stderr.write(f"Remove {target.describe()} from collection {planned.collection!r}: "
+                     f"{planned.documents} documents, {planned.chunks} chunks? [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+@contextmanager
+def _write_lock(settings, namespace: str) -> Iterator[None]:
+    """The ingest's write lock for ``namespace`` (see module doc)."""
+    if settings.qdrant_url and os.environ.get("PREFECT_API_URL"):
+        from tasks.locking import run_lock  # imported late: Prefect's import costs seconds
+
+        with run_lock(settings, namespace, purpose="remove"):
+            yield
+        return
+    from kbsync.lock import ingest_lock
+
+    with ingest_lock(settings, namespace, purpose="remove"):
+        yield
+
+
+def _report(args, removal: Removal, line: str, *, confirmed: bool = True) -> int:
+    if args.json:
+        cli_support.emit({**removal.to_dict(), "confirmed": confirmed})
+    else:
+        from kbsync.console import out
+
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    return EXIT_OK
+
+
+COMMANDS = {"remove": run_remove}
+"""Subcommand name -> handler ``(args, settings) -> exit code``, merged into cli.main's table."""

@@ -1,0 +1,263 @@
+"""What every ``kbsync`` command shares: one-line usage errors, settings read from the
+environment, logging on stderr, and the JSON object of a failed command.
+
+Invariants the CLI keeps with these helpers:
+
+- a usage or configuration error is one line naming the argument or variable and
+  the reason, and exits 2; no traceback reaches the terminal without ``-v``;
+- with ``--json``, stdout holds exactly one JSON object on every exit path
+  (:func:`emit` refuses a second one), ``{"error": {"kind", "message"}}`` on failure;
+- without ``-v`` the terminal shows kbsync's own warnings and other libraries'
+  errors, one line each; Prefect's engine logs (which repeat a failed run's
+  exception with its traceback) stay in the Prefect UI; ``-v`` shows everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+from kbsync.errors import KbsyncError, StoreUnavailable, UsageError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+NAMESPACE_MAX = 200  # the ingest flow's parameter schema allows 1..200 characters
+
+_emitted = False
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are a :class:`UsageError` (one line) instead of usage + exit.
+
+    ``add_subparsers`` makes subparsers of the same class, so every subcommand's
+    errors come here too.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        """Raise instead of printing the usage block and exiting."""
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# -- argument types -------------------------------------------------------------------------
+def text_argument(text: str) -> str:
+    """A QUERY or QUESTION: not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def namespace_argument(text: str) -> str:
+    """A namespace: 1..200 characters, not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if len(text) > NAMESPACE_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {NAMESPACE_MAX} characters")
+    return text
+
+
+def score_argument(text: str) -> float:
+    """A score threshold: a finite number (``nan`` would silently drop every hit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+# -- settings -------------------------------------------------------------------------------
+def load_settings():
+    """The :class:`~kbsync.settings.Settings` of the environment.
+
+    Raises:
+        UsageError: one line per bad variable, naming it and the reason (values of
+            key variables are never shown).
+    """
+    from pydantic import ValidationError
+
+    from kbsync.settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise UsageError(settings_message(exc)) from None
+
+
+def settings_message(exc) -> str:
+    """``KBSYNC_X='abc' is not valid: <reason>`` for each error of a pydantic ``exc``."""
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error.get("loc") else "?"
+        name = f"KBSYNC_{field.upper()}"
+        value = "" if "key" in field or "input" not in error else f"={error['input']!r}"
+        reason = str(error.get("msg", "invalid value"))
+        parts.append(f"{name}{value} is not valid: {reason[:1].lower()}{reason[1:]}")
+    return "; ".join(parts) or str(exc).splitlines()[0]
+
+
+# -- logging --------------------------------------------------------------------------------
+class OneLineFormatter(logging.Formatter):
+    """``LEVEL logger: message`` on one line, without the traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's first line (newlines joined), never its exc_info."""
+        message = " ".join(record.getMessage().split("\n")).strip()
+        return f"{record.levelname} {record.name}: {message}"
+
+
+class PersonFilter(logging.Filter):
+    """What a person at the terminal reads without ``-v``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """kbsync's warnings, other libraries' errors, and none of Prefect's engine logs."""
+        name = record.name
+        if name == "kbsync" or name.startswith("kbsync."):
+            return record.levelno >= logging.WARNING
+        if name == "prefect" or name.startswith("prefect."):
+            return False  # the CLI reports the run's outcome itself, in one line
+        return record.levelno >= logging.ERROR
+
+
+def setup_logging(verbose: bool) -> None:
+    """Log on stderr: everything with tracebacks under ``-v``, else one line per record.
+
+    Call before Prefect is imported: Prefect then keeps this root handler instead
+    of installing its own console handler.
+    """
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "kbsync_console", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.kbsync_console = True  # type: ignore[attr-defined]
+    if verbose:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.setLevel(logging.DEBUG)
+    else:
+        handler.setFormatter(OneLineFormatter())
+        handler.addFilter(PersonFilter())
+        root.setLevel(logging.WARNING)
+        # Prefect's internal logger has its own stderr handler (tracebacks included).
+        os.environ.setdefault("PREFECT_INTERNAL_LOGGING_LEVEL", "CRITICAL")
+    root.addHandler(handler)
+    # Core modules log through `logging`; let Prefect forward them to the run's logs.
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "kbsync")
+    # ... and outside a flow (search, remove) let them stay local without a warning each.
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    # Without PREFECT_API_URL Prefect starts a temporary server; on 2 cores it can take
+    # over 20 s (its default limit), so allow more before calling the run failed.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network here
+
+
+# -- outcome --------------------------------------------------------------------------------
+def classify(exc: BaseException, settings=None) -> tuple[int, str, str]:
+    """``(exit code, kind, one-line message)`` of an exception that ended a command."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, "Interrupted", "interrupted"
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE, exc.kind, one_line(str(exc))
+    if isinstance(exc, KbsyncError):
+        message = one_line(str(exc))
+        url = getattr(settings, "qdrant_url", None)
+        if isinstance(exc, StoreUnavailable) and url and url not in message:
+            message += f" (KBSYNC_QDRANT_URL={safe_url(url)})"
+        return EXIT_FAILED, exc.kind, message
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return EXIT_FAILED, "InternalError", f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by spaces."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def safe_url(url: str) -> str:
+    """``url`` without any user:password part."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        parts = parts._replace(netloc=netloc)
+    return urlunsplit(parts)
+
+
+def print_error(code: int, kind: str, message: str) -> None:
+    """The one line a person reads on stderr."""
+    prefix = "error" if code == EXIT_USAGE else kind
+    print(f"kbsync: {prefix}: {message}", file=sys.stderr, flush=True)
+
+
+def error_object(kind: str, message: str, fields: dict | None = None) -> dict:
+    """The JSON object of a failed command: ``fields`` (e.g. ingest's counts) plus ``error``."""
+    return {**(fields or {}), "error": {"kind": kind, "message": message}}
+
+
+def emit(obj: dict) -> None:
+    """Write ``obj`` as the command's one JSON object on stdout (at most once per process)."""
+    global _emitted
+    if _emitted:
+        logging.getLogger(__name__).debug("a second JSON object was not printed: %s", obj)
+        return
+    _emitted = True
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def emitted() -> bool:
+    """Whether :func:`emit` already printed this process's object."""
+    return _emitted
+
+
+def reset_emitted() -> None:
+    """Forget a printed object (``main`` runs once per process, tests call it repeatedly)."""
+    global _emitted
+    _emitted = False
+
+
+# -- reading an index that may not exist ---------------------------------------------------
+def indexed_store(settings, namespace: str | None = None):
+    """The store, opened for reading, when it holds something to read; else ``None``.
+
+    ``None`` when the collection does not exist (or ``namespace``, when given,
+    holds no point). On the embedded engine the collection's folder is looked
+    for first, so a missing store is neither opened nor created: reading never
+    makes folders. The caller closes the returned store.
+    """
+    from kbsync.store import open_store
+    from kbsync.store.base import Filter
+
+    if not settings.qdrant_url:
+        from kbsync.store.edge_query import CONFIG_FILE
+
+        if not (settings.store_path / settings.collection / CONFIG_FILE).is_file():
+            return None
+    store = open_store(settings)
+    try:
+        empty = store.collection_dimension(settings.collection) is None or (
+            namespace is not None
+            and store.count(settings.collection, Filter.where(namespace=namespace)) == 0)
+    except BaseException:
+        store.close()
+        raise
+    if empty:
+        store.close()
+        return None
+    return store
+
+
+def nothing_indexed(settings, namespace: str | None = None) -> str:
+    """The answer of a read on an empty or missing store (names where it looked)."""
+    where = (f"on {safe_url(settings.qdrant_url)}" if settings.qdrant_url
+             else f"under {settings.store_path}")
+    what = f"namespace {namespace!r} of collection" if namespace is not None else "collection"
+    return (f"nothing is indexed yet in {what} {settings.collection!r} {where}: "
+            "run `kbsync ingest ROOT` first")
