@@ -1,0 +1,72 @@
+"""Store drift through the real ``kbsync`` command and the Prefect ingest flow (issue 10.3).
+
+The collection folder of the embedded engine is removed, then a segment's id tracker is
+truncated; each time ``kbsync verify`` exits 3, the next ``kbsync ingest`` repairs the
+documents (``repaired``, a warning) and ``verify`` exits 0 again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kbtest import write_tree
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
+
+def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
+    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
+    return env
+
+
+def kbsync(env, *args: str) -> tuple[int, dict | None, str]:
+    proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
+    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
+    return proc.returncode, data, proc.stderr
+
+
+DOCS = {f"d{i}.md": f"# Doc {i}\n\nBody text number {i} about topic-{i}." for i in range(8)}
+
+
+def test_ingest_flow_repairs_and_verify_reports(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home, KBSYNC_EMBED_PROVIDER="hash")
+    share = tmp_path / "share"
+    write_tree(share, DOCS)
+    code, first, err = kbsync(env, "ingest", str(share), "--json")
+    assert code == 0, err
+    assert first["added"] == 8 and first["repaired"] == 0
+    code, clean, err = kbsync(env, "verify", "--json")
+    assert code == 0 and clean["drifted"] == 0, err
+
+    shutil.rmtree(home / "qdrant" / "kbsync")
+    code, found, err = kbsync(env, "verify", "--json")
+    assert code == 3, err
+    assert found["collection_missing"] and found["drifted"] == 8
+    code, healed, err = kbsync(env, "ingest", str(share), "--json")
+    assert code == 0, err
+    assert (healed["repaired"], healed["updated"], healed["unchanged"]) == (8, 8, 0)
+    assert any("store drift" in w for w in healed["warnings"])
+    code, search, err = kbsync(env, "search", "topic-3", "--json")
+    assert code == 0 and search["results"][0]["doc_id"] == "share/d3.md", err
+
+    trackers = list((home / "qdrant" / "kbsync" / "segments").glob(
+        "*/mutable_id_tracker.mappings"))
+    assert trackers
+    for tracker in trackers:
+        os.truncate(tracker, tracker.stat().st_size // 4)
+    code, found, err = kbsync(env, "verify", "--json")
+    assert code == 3 and found["namespaces"]["default"]["drift"]["missing_points"], err
+    lost = found["namespaces"]["default"]["drift"]["missing_points"]["documents"]
+    code, healed, err = kbsync(env, "ingest", str(share), "--json")
+    assert code == 0, err
+    assert healed["repaired"] == lost and healed["unchanged"] == 8 - lost
+    code, clean, err = kbsync(env, "verify", "--json")
+    assert code == 0 and clean["remaining"] == 0, err
+    assert Path(home / "qdrant" / "kbsync").is_dir()
