@@ -38,6 +38,11 @@ def _one_line_error(err: str) -> str:
     return lines[0]
 
 
+def _refused(out: dict | None, kind: str) -> None:
+    """A failed command prints nothing on stdout, or the JSON error object of ``kind``."""
+    assert out is None or out["error"]["kind"] == kind, out
+
+
 def _docs(names, tag):
     return {f"{n}.md": f"# {n} from {tag}\n\nBody of {n} in share {tag}." for n in names}
 
@@ -52,7 +57,8 @@ def test_two_shares_with_one_folder_name(prefect_api, tmp_path):
     for extra in ([], ["--mode", "full"]):
         code, out, err = kbsync(env, "ingest", str(y), "--json", *extra)
         line = _one_line_error(err)
-        assert code == 2 and out is None
+        assert code == 2
+        _refused(out, "RootConflict")
         assert str(x) in line and str(y) in line and "--rebind" in line and "docs2=" in line
     code, stats, err = kbsync(env, "stats", "--json")
     assert stats["namespaces"]["default"]["documents"] == 10, err
@@ -84,7 +90,8 @@ def test_search_with_another_384_dim_model_is_refused(prefect_api, tmp_path):
     local = {**env, "KBSYNC_EMBED_PROVIDER": "local"}
     code, out, err = kbsync(local, "search", "rotate keys", "--mode", "dense", "--json")
     line = _one_line_error(err)
-    assert code == 2 and out is None
+    assert code == 2
+    _refused(out, "EmbedderMismatch")
     assert "hash/hash-384" in line and "local/all-MiniLM-L6-v2" in line
     code, out, err = kbsync(local, "ingest", str(tmp_path / "share"), "--force", "--json")
     assert code == 2 and "KBSYNC_COLLECTION" in _one_line_error(err)

@@ -114,7 +114,7 @@ def test_ingest_parameters_render_a_typed_form():
     schema = ingest_schema()
     props = schema["properties"]
     assert list(props) == ["roots", "namespace", "mode", "force", "dry_run", "include",
-                           "exclude", "allow_mass_delete", "max_delete_fraction"]
+                           "exclude", "allow_mass_delete", "max_delete_fraction", "rebind"]
     assert schema["required"] == ["roots"]
     for name, prop in props.items():
         assert prop.get("description") and "\n" not in prop["description"], name
