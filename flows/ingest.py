@@ -18,7 +18,7 @@ from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from kbsync.discover import iter_batches, parse_root
+from kbsync.discover import iter_batches, local_root, parse_root, root_parameter
 from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
                            account_repaired, account_stage, new_run_id, store_drift_warning)
@@ -47,7 +47,7 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
     """
     logger = get_run_logger()
     settings = Settings()
-    spec = parse_root(root)
+    spec = parse_root(local_root(root))
     summary = IngestSummary(run_id=run_id, namespace=namespace, collection=settings.collection,
                             mode=mode.value, dry_run=dry_run)
     guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
@@ -119,7 +119,8 @@ def ingest(
     started = time.perf_counter()
     logger = get_run_logger()
     settings = Settings()
-    specs = [parse_root(r) for r in roots]
+    # Root paths travel as valid UTF-8 (\xNN for bytes that are not): see root_parameter.
+    specs = [parse_root(local_root(r)) for r in roots]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise UsageError(f"two roots share a name in {names}; use NAME=PATH to tell them apart")
@@ -144,7 +145,7 @@ def ingest(
                 summary.warnings.append(store_drift_warning(check, after=False))
             for spec in specs:
                 per_root = ingest_root.with_options(task_runner=build_task_runner(settings))
-                part = per_root(root=f"{spec.name}={spec.path}", root_name=spec.name, namespace=namespace,
+                part = per_root(root=root_parameter(f"{spec.name}={spec.path}"), root_name=spec.name, namespace=namespace,
                                    mode=mode, force=force, dry_run=dry_run, include=include,
                                    exclude=exclude, allow_mass_delete=allow_mass_delete,
                                    max_delete_fraction=max_delete_fraction, run_id=run_id,

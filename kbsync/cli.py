@@ -161,8 +161,8 @@ def _ingest_counts(exc: BaseException, args, settings) -> dict:
 
 
 def _ingest(args, settings) -> int:
-    from kbsync.discover import parse_root
-    from kbsync.models import SyncMode
+    from kbsync.discover import parse_root, root_parameter
+    from kbsync.models import SyncMode, display_text
 
     from kbsync.identity import check_roots
 
@@ -176,9 +176,11 @@ def _ingest(args, settings) -> int:
     from kbsync.console import ingest_status, print_ingest
 
     with ingest_status(enabled=not args.json):
-        state = ingest(roots=list(args.roots), namespace=args.namespace,
+        state = ingest(roots=[root_parameter(r) for r in args.roots], namespace=args.namespace,
                        mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
-                       include=args.include, exclude=args.exclude,
+                       # globs match the display form of relative paths (\xNN, as in doc_ids)
+                       include=[display_text(g) for g in args.include],
+                       exclude=[display_text(g) for g in args.exclude],
                        allow_mass_delete=args.allow_mass_delete,
                        max_delete_fraction=args.max_delete_fraction, rebind=args.rebind,
                        return_state=True)

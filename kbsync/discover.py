@@ -15,6 +15,7 @@ import fnmatch
 import hashlib
 import logging
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,40 @@ def _display(raw: str) -> str:
     """A name as valid UTF-8: undecodable bytes become ``\\xNN`` escapes (one helper
     for doc_ids, payloads and records: :func:`kbsync.models.display_path`)."""
     return display_path(raw)
+
+
+_BYTE_ESCAPE = re.compile(r"\\x([89a-f][0-9a-f])")
+
+
+def root_parameter(spec: str) -> str:
+    """A root argument (``PATH`` or ``NAME=PATH``) as valid UTF-8, for Prefect parameters.
+
+    The API refuses a string with the surrogates that stand for a non-UTF-8
+    byte of a path; they travel as ``\\xNN`` escapes, and :func:`local_root`
+    turns them back.
+    """
+    return display_path(spec)
+
+
+def local_root(spec: str) -> str:
+    """Inverse of :func:`root_parameter`: the root argument that names the real folder.
+
+    ``spec`` is returned unchanged when it names an existing path as written (a
+    literal backslash in a name wins) or holds no ``\\xNN`` escape of a byte
+    0x80-0xFF; otherwise the escapes become the original bytes when that path
+    exists. A spec that names nothing either way is returned unchanged, so
+    :func:`parse_root` reports it as missing in its readable form.
+    """
+    if not _BYTE_ESCAPE.search(spec) or _names_path(spec):
+        return spec
+    raw = _BYTE_ESCAPE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), spec)
+    return raw if _names_path(raw) else spec
+
+
+def _names_path(spec: str) -> bool:
+    _name, sep, path = spec.partition("=")
+    return (os.path.lexists(os.path.expanduser(spec))
+            or bool(sep and os.path.lexists(os.path.expanduser(path))))
 
 
 def _within(path: Path, root: Path) -> bool:

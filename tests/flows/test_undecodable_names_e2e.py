@@ -2,7 +2,8 @@
 
 A share of a few dozen files, one of them with a Latin-1 name (not valid UTF-8),
 default conversion isolation: the run exits 0 with one JSON object on stdout,
-every file is indexed, and the re-run finds them all unchanged.
+every file is indexed, and the re-run finds them all unchanged. A root folder
+named in Latin-1 is synced too (its path is a Prefect parameter).
 """
 
 from __future__ import annotations
@@ -55,3 +56,16 @@ def test_a_latin1_file_name_is_indexed_by_the_cli(prefect_api, tmp_path):
     assert code == 0, err
     again = json.loads(out)
     assert (again["unchanged"], again["added"], again["updated"]) == (41, 0, 0)
+
+
+    # A root folder named in Latin-1: its path travels through the flow's parameters.
+    raw = os.path.join(os.fsencode(tmp_path), b"archiv\xe9")
+    os.mkdir(raw)
+    for name in (b"a.md", b"b\xff.md"):
+        with open(os.path.join(raw, name), "w") as fh:
+            fh.write(f"# {name!r}\n\nbody\n")
+    code, out, err = _kbsync(env, "ingest", os.fsdecode(raw), "--json")
+    assert code == 0, err
+    latin_root = json.loads(out)
+    assert (latin_root["roots"], latin_root["added"], latin_root["failed"]) == \
+        (["archiv\\xe9"], 2, 0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kbtest import write_tree
-from kbsync.discover import parse_root
+from kbsync.discover import local_root, parse_root, root_parameter
 from kbsync.ingest import run_plain
 from kbsync.search import search
 from kbsync.state import StateStore
@@ -142,3 +142,18 @@ def test_a_root_folder_named_in_latin1_gets_an_escaped_name(runtime, tmp_path):
     assert records["archiv\\xe9/a.md"].path == f"{tmp_path.resolve()}/archiv\\xe9/a.md"
     again = _run(runtime, share)
     assert (again["unchanged"], again["files_hashed"]) == (2, 0)
+
+
+def test_root_arguments_travel_as_utf8_and_come_back(tmp_path):
+    raw = os.path.join(os.fsencode(tmp_path), b"archiv\xe9")
+    os.mkdir(raw)
+    spec = os.fsdecode(raw)
+    sent = root_parameter(spec)
+    assert sent == f"{tmp_path}/archiv\\xe9" and sent.encode("utf-8")
+    assert local_root(sent) == spec
+    assert local_root(root_parameter(f"old={spec}")) == f"old={spec}"
+    # A folder really named with a backslash wins over the unescaped reading.
+    literal = tmp_path / "lit\\xe9"
+    literal.mkdir()
+    assert local_root(str(literal)) == str(literal)
+    assert local_root(f"{tmp_path}/gone\\xe9") == f"{tmp_path}/gone\\xe9"
