@@ -95,6 +95,16 @@ def test_search_with_another_384_dim_model_is_refused(prefect_api, tmp_path):
     assert "hash/hash-384" in line and "local/all-MiniLM-L6-v2" in line
     code, out, err = kbsync(local, "ingest", str(tmp_path / "share"), "--force", "--json")
     assert code == 2 and "KBSYNC_COLLECTION" in _one_line_error(err)
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"query": "rotate keys", "relevant": ["share/keys.md"]}) + "\n",
+                       encoding="utf-8")
+    code, out, err = kbsync(local, "eval", str(queries), "--report-dir", str(tmp_path / "r"),
+                            "--json")
+    assert code == 2 and "hash/hash-384" in _one_line_error(err)
+    # ask refuses before the chat model is called (nothing listens on this port).
+    chat = {**local, "KBSYNC_LLM_MODEL": "m", "KBSYNC_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    code, out, err = kbsync(chat, "ask", "how do keys rotate?", "--json")
+    assert code == 2 and "hash/hash-384" in _one_line_error(err)
     code, stats, err = kbsync(local, "stats", "--json")
     assert code == 0, err
     assert stats["embedding"] == {"provider": "hash", "model": "hash-384", "dimension": 384}
