@@ -139,7 +139,11 @@ def _failed(exc: BaseException, argv: list[str], args, settings) -> int:
     if as_json and not cli_support.emitted():
         command = getattr(args, "command", None) or next(
             (a for a in argv if not a.startswith("-")), None)
-        fields = _ingest_counts(exc, args, settings) if command == "ingest" else None
+        fields = None
+        try:
+            fields = _ingest_counts(exc, args, settings) if command == "ingest" else None
+        except Exception:  # noqa: BLE001 - the error object goes out even without counts
+            log.debug("could not build the ingest counts", exc_info=True)
         cli_support.emit(cli_support.error_object(kind, message, fields))
     return code
 
