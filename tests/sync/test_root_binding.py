@@ -138,7 +138,8 @@ def test_store_without_bindings_infers_them_from_document_records(adapter_runtim
     x, y = shares
     _run(runtime, str(x))
     # A store written before bindings existed: drop the binding records.
-    runtime.store.delete(runtime.settings.state_collection, Filter.where(**{META_KEY: ROOT_BINDING}))
+    runtime.store.delete(runtime.settings.state_collection,
+                         Filter.where(**{META_KEY: ROOT_BINDING}))
     assert runtime.states.read_meta(ROOT_BINDING, bound_namespace="default") == []
     with pytest.raises(RootConflict, match="holds documents synced from"):
         _run(runtime, str(y))
