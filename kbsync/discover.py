@@ -167,7 +167,26 @@ def discover(
                 _add_file(result, root, path, rel, accept)
         stack.extend(reversed(subdirs))
     result.files.sort(key=lambda f: f.doc_id)
+    _drop_ambiguous(result)
     return result
+
+
+def _drop_ambiguous(result: Discovery) -> None:
+    """Keep one file per doc_id: a name with an undecodable byte (``lat<0xE9>.md``) shows
+    as the name spelled with a literal backslash (``lat\\xe9.md``). The file whose
+    name is valid UTF-8 keeps the doc_id; the other is skipped and reported, since two
+    files under one doc_id would overwrite each other on every run."""
+    kept: list[SourceFile] = []
+    for source in result.files:  # sorted by doc_id: equal ones are neighbours
+        if kept and kept[-1].doc_id == source.doc_id:
+            first, other = sorted((kept[-1], source), key=lambda f: f.display != str(f.path))
+            kept[-1] = first
+            _problem(result, other.rel_path, other.path, "AmbiguousName",
+                     f"skipped: its name shows as {other.doc_id}, the doc_id of another "
+                     "file (one spelled with a literal \\x); rename one of them")
+            continue
+        kept.append(source)
+    result.files = kept
 
 
 def _classify(entry: os.DirEntry, root: RootSpec, rel_dir: str, result: Discovery):

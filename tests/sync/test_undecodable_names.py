@@ -157,3 +157,24 @@ def test_root_arguments_travel_as_utf8_and_come_back(tmp_path):
     literal.mkdir()
     assert local_root(str(literal)) == str(literal)
     assert local_root(f"{tmp_path}/gone\\xe9") == f"{tmp_path}/gone\\xe9"
+
+
+def test_a_name_that_shows_like_another_is_skipped_and_reported(runtime, tmp_path):
+    share = tmp_path / "share"
+    write_tree(share, {"lat\\xe9in1.md": "# Literal\n\nspelled with a backslash, about figs."})
+    with open(os.path.join(os.fsencode(share), LATIN1), "w", encoding="utf-8") as fh:
+        fh.write("# Latin\n\nthe Latin-1 name, about dates.\n")
+    first = _run(runtime, share)
+    assert (first["files_seen"], first["added"], first["failed"]) == (1, 1, 0)
+    [warning] = first["warnings"]
+    assert warning == (f"{share.resolve()}/lat\\xe9in1.md: skipped: its name shows as "
+                       "share/lat\\xe9in1.md, the doc_id of another file (one spelled with a "
+                       "literal \\x); rename one of them")
+    assert _hits(runtime, "figs") == ["share/lat\\xe9in1.md"]
+    again = _run(runtime, share)  # no churn between the two files
+    assert (again["unchanged"], again["files_hashed"]) == (1, 0)
+
+
+def _hits(runtime, query: str) -> list[str]:
+    return [h.doc_id for h in search(query, store=runtime.store, service=runtime.service,
+                                     collection=runtime.collection, k=1).results]
