@@ -21,7 +21,7 @@ from pydantic import Field
 from kbsync.discover import iter_batches, local_root, parse_root, root_parameter
 from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
-                           account_repaired, account_stage, new_run_id, store_drift_warning)
+                           account_repaired, account_stage, new_run_id)
 from kbsync.models import PlanAction, SyncMode
 from kbsync.run_counts import attach, keep_counts
 from kbsync.settings import Settings
@@ -39,11 +39,11 @@ from tasks.runners import build_task_runner
       flow_run_name="ingest-root-{root_name}")
 def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force: bool, dry_run: bool,
                 include: list[str], exclude: list[str], allow_mass_delete: bool,
-                max_delete_fraction: float, run_id: str, repair: bool = False) -> dict:
+                max_delete_fraction: float, run_id: str) -> dict:
     """One root: plan, then batches through the four stages, then deletions.
 
-    ``repair``: the run found store drift, so documents whose points differ from their
-    state are reprocessed (counted in ``repaired``).
+    The plan also reprocesses documents whose points no longer match their state
+    (``kbsync.verify.check_root``), counted in ``repaired``.
     """
     logger = get_run_logger()
     settings = Settings()
@@ -52,7 +52,7 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
                             mode=mode.value, dry_run=dry_run)
     guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
     rp = t.plan_root(spec, settings, namespace=namespace, mode=mode, force=force,
-                     include=include, exclude=exclude, guard=guard, repair=repair)
+                     include=include, exclude=exclude, guard=guard)
     account_plan(summary, rp)
     logger.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
     if dry_run:
@@ -140,21 +140,15 @@ def ingest(
                                      exclude=exclude, guard=guard)
             if not dry_run:
                 t.record_identity(bound, settings, run_id=run_id)
-            check = t.check_store(settings, namespace=namespace)  # store vs state, cheap
-            if not check.matches:
-                summary.warnings.append(store_drift_warning(check, after=False))
+            missing = t.check_collection(settings, namespace=namespace)  # re-creates it
+            summary.warnings.extend([missing] if missing else [])
             for spec in specs:
                 per_root = ingest_root.with_options(task_runner=build_task_runner(settings))
                 part = per_root(root=root_parameter(f"{spec.name}={spec.path}"), root_name=spec.name, namespace=namespace,
                                    mode=mode, force=force, dry_run=dry_run, include=include,
                                    exclude=exclude, allow_mass_delete=allow_mass_delete,
-                                   max_delete_fraction=max_delete_fraction, run_id=run_id,
-                                   repair=not check.matches)
+                                   max_delete_fraction=max_delete_fraction, run_id=run_id)
                 summary.merge(part)
-            if not check.matches and not dry_run:
-                after = t.check_store(settings, namespace=namespace)
-                if not after.matches:
-                    summary.warnings.append(store_drift_warning(after, after=True))
     except BaseException as exc:  # the CLI reports the counts reached beside the error
         attach(exc, summary, started=started)
         raise

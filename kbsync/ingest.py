@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -21,7 +22,7 @@ from kbsync.pipeline import (StageResult, chunk_stage, convert_stage, embed_stag
                              write_stage)
 from kbsync.state import Plan, PlanItem, plan_files
 from kbsync.sync import delete_documents, touch_states
-from kbsync.verify import StoreCheck, check_store, damaged_documents
+from kbsync.verify import StoreCheck, check_collection, check_root, damaged_documents
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,13 @@ class RootPlan:
 def plan_root(
     root: RootSpec, *, runtime, namespace: str, mode: SyncMode, force: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
-    repair: bool = False,
 ) -> RootPlan:
     """Discover ``root`` and diff it against the stored state. Writes nothing.
 
-    With ``repair`` (the run's :func:`kbsync.verify.check_store` found drift)
-    the points of each of the root's documents are counted, and those whose
-    count differs from the record are planned ``changed`` with ``repair=True``.
+    The root's chunk count is checked against its records (one exact count,
+    :func:`kbsync.verify.check_root`); when they differ, the points of each of
+    its documents are counted, and those whose count differs from the record
+    are planned ``changed`` with ``repair=True`` (counted in ``repaired``).
 
     Raises:
         MassDeleteRefused: full mode would empty the root or delete more than
@@ -71,12 +72,14 @@ def plan_root(
     """
     found = discover(root, accept=is_supported, include=include, exclude=exclude)
     states = runtime.states.load(namespace, root.name)
-    damaged = (damaged_documents(runtime.store, runtime.collection, namespace, states)
-               if repair else [])
+    check = check_root(runtime.store, runtime.collection, namespace, root.name, states)
+    damaged = ([] if check.matches else
+               damaged_documents(runtime.store, runtime.collection, namespace, states))
     plan = plan_files(found.files, states, fingerprint=runtime.fingerprint, force=force,
                       repair=frozenset(damaged))
     result = RootPlan(root=root, discovery=found, plan=plan)
-    _warn_unrepairable(result, damaged)
+    if not check.matches:
+        _warn_drift(result, check, damaged)
     if not found.files and not found.ignored:
         result.warnings.append(f"root {root.name} ({display_path(root.path)}) holds no files")
     if mode is SyncMode.FULL:
@@ -84,14 +87,22 @@ def plan_root(
     return result
 
 
-def _warn_unrepairable(result: RootPlan, damaged: Sequence[str]) -> None:
-    """Say which drifted documents cannot be rebuilt because their file is gone (kept)."""
+def _warn_drift(result: RootPlan, check: StoreCheck, damaged: Sequence[str]) -> None:
+    """The ``warnings`` of a root whose store and state disagree: what is rebuilt, what
+    is not (no file to rebuild from, or points no record names) and what to run."""
     gone = sorted({i.doc_id for i in result.plan.of(PlanAction.MISSING)} & set(damaged))
+    result.warnings.append(f"{check.describe()}; reprocessing {len(damaged) - len(gone)} "
+                           "documents whose points differ")
     if gone:
         result.warnings.append(
             f"root {result.root.name}: {len(gone)} documents whose points no longer match "
             f"their state have no file to rebuild them from (kept as they are: "
-            f"{', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''})")
+            f"{', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''}); see `kbsync verify`")
+    elif not damaged and not result.plan.of(PlanAction.NEW):
+        # No document explains the difference (new ones may: a crash before their commit).
+        result.warnings.append(
+            f"root {result.root.name}: the store holds points no state record names; "
+            "`kbsync verify --repair` deletes them")
 
 
 def preflight_root(
@@ -239,66 +250,57 @@ def account_repaired(summary: IngestSummary, rp: RootPlan) -> None:
         summary.dry_run or i.doc_id not in failed))
 
 
-def store_drift_warning(check: StoreCheck, *, after: bool) -> str:
-    """The ``warnings`` line for a namespace whose store and state disagree."""
-    if not after:
-        return f"{check.describe()}; reprocessing the affected documents of this run's roots"
-    return (f"{check.describe()} after this run (documents of other roots, orphan points or "
-            "files that are gone): run `kbsync verify --repair`")
+def room_for(works, runtime, *, what: str = "the next batch", writes: bool = True):
+    """Book room on the embedded store's disk for writing ``works`` (DocWork with chunks).
 
-
-def require_room(works, runtime, *, what: str = "the next batch") -> None:
-    """Check the embedded store's disk has room for writing ``works`` (DocWork with chunks).
-
-    A no-op against a Qdrant server (only the embedding cache is local, and a cache
-    write that fails is only a warning).
+    A context manager: the write goes inside it. A no-op when nothing is written
+    (``writes`` false) or against a Qdrant server (only the embedding cache is local,
+    and a cache write that fails is only a warning).
 
     Raises:
         DiskFull: a run-level error (never one document's failure); nothing of the
             batch was written, so every document keeps its previous version.
     """
     settings = runtime.settings
-    if settings.qdrant_url:
-        return
+    if settings.qdrant_url or not writes:
+        return nullcontext()
     estimate = diskspace.estimate_batch(
         (([c.text for c in w.chunks], len(str(w.source.path)), [c.heading_path for c in w.chunks])
          for w in works), dimension=runtime.service.dimension if runtime.service else 0)
     if estimate.documents:
         what = f"{what} ({estimate.documents} documents, {estimate.chunks} chunks)"
-    diskspace.require(settings.store_path, need=estimate.total, what=what,
-                      margin=int(settings.min_free_mb * diskspace.MIB))
+    return diskspace.room(settings.store_path, need=estimate.total, what=what,
+                          margin=int(settings.min_free_mb * diskspace.MIB))
 
 
 def write_batch(works, *, runtime, namespace: str, run_id: str) -> StageResult:
-    """The write stage behind :func:`require_room` (the flow's upsert task and
+    """The write stage inside :func:`room_for` (the flow's upsert task and
     :func:`run_plain` both write through here)."""
-    if works:
-        require_room(works, runtime)
-    return write_stage(works, runtime=runtime, namespace=namespace, run_id=run_id)
+    with room_for(works, runtime, writes=bool(works)):
+        return write_stage(works, runtime=runtime, namespace=namespace, run_id=run_id)
 
 
 def heal_batch(items, *, runtime, namespace: str, run_id: str) -> StageResult:
-    """The heal stage behind :func:`require_room` (its writes are re-embedded chunks)."""
-    if items:
-        require_room([], runtime, what="healing partial documents")
-    return heal_stage(items, runtime=runtime, namespace=namespace, run_id=run_id)
+    """The heal stage inside :func:`room_for` (its writes are re-embedded chunks)."""
+    with room_for([], runtime, what="healing partial documents", writes=bool(items)):
+        return heal_stage(items, runtime=runtime, namespace=namespace, run_id=run_id)
 
 
 def finish_unchanged(rp: RootPlan, runtime) -> None:
     """Refresh size/mtime of unchanged files whose hash was checked."""
     items = [i for i in rp.plan.of(PlanAction.UNCHANGED) if i.previous is not None]
-    if any((i.previous.size, i.previous.mtime_ns) != (i.file.size, i.file.mtime_ns)
-           for i in items):
-        require_room([], runtime, what="refreshing state records")
-    touch_states([i.file for i in items], [i.previous for i in items], runtime.states)
+    stale = any((i.previous.size, i.previous.mtime_ns) != (i.file.size, i.file.mtime_ns)
+                for i in items)
+    with room_for([], runtime, what="refreshing state records", writes=stale):
+        touch_states([i.file for i in items], [i.previous for i in items], runtime.states)
 
 
 def delete_missing(rp: RootPlan, runtime, namespace: str) -> int:
     """Delete the documents full mode decided to remove from this root."""
-    if rp.to_delete:  # deleting writes to the log first
-        require_room([], runtime, what="deleting documents")
-    return delete_documents(rp.to_delete, store=runtime.store, states=runtime.states,
-                            collection=runtime.collection, namespace=namespace)
+    # Deleting writes to the engine's log first: it needs room too.
+    with room_for([], runtime, what="deleting documents", writes=bool(rp.to_delete)):
+        return delete_documents(rp.to_delete, store=runtime.store, states=runtime.states,
+                                collection=runtime.collection, namespace=namespace)
 
 
 def process_batch(items, *, runtime, namespace: str, run_id: str) -> list[StageResult]:
@@ -329,12 +331,10 @@ def run_plain(
                             collection=runtime.collection, mode=mode.value, dry_run=dry_run)
     bound = identity.check_run(roots, runtime=runtime, namespace=namespace, rebind=rebind)
     summary.warnings.extend(bound.warnings)
-    check = check_store(runtime, namespace)  # also creates a missing chunk collection
-    if not check.matches:
-        summary.warnings.append(store_drift_warning(check, after=False))
+    missing = check_collection(runtime, namespace)  # re-creates a missing chunk collection
+    summary.warnings.extend([missing] if missing else [])
     plans = [plan_root(r, runtime=runtime, namespace=namespace, mode=mode, force=force,
-                       include=include, exclude=exclude, guard=guard,
-                       repair=not check.matches) for r in roots]
+                       include=include, exclude=exclude, guard=guard) for r in roots]
     if not dry_run:
         identity.record_run(bound, runtime=runtime, run_id=summary.run_id)
     for rp in plans:
@@ -352,9 +352,5 @@ def run_plain(
         finish_unchanged(rp, runtime)
         summary.deleted += delete_missing(rp, runtime, namespace)
         account_repaired(summary, rp)
-    if not check.matches and not dry_run:
-        after = check_store(runtime, namespace)
-        if not after.matches:
-            summary.warnings.append(store_drift_warning(after, after=True))
     summary.duration_s = round(time.perf_counter() - started, 3)
     return summary

@@ -24,7 +24,7 @@ from kbsync.store.base import Filter, Point, VectorStore
 log = logging.getLogger(__name__)
 
 POINT_NAMESPACE = uuid.UUID("1b6f2a8e-0d4c-4f3b-9a57-7c2e5d9e8a10")
-CHUNK_INDEXES = ("namespace", "doc_id")
+CHUNK_INDEXES = ("namespace", "doc_id", "root")  # root: the per-root store check counts by it
 CHUNK_BOOL_INDEXES = ("embedding_failed",)  # every search filters on it: index it
 
 

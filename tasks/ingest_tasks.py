@@ -42,15 +42,13 @@ COMMON = dict(cache_policy=NONE, persist_result=False)
 @task(name="plan", tags=["kbsync", "plan"], **COMMON)
 def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncMode,
               force: bool, include: Sequence[str], exclude: Sequence[str],
-              guard: DeleteGuard, repair: bool = False) -> RootPlan:
-    """Discover a root and diff it against the stored state (writes nothing).
-
-    ``repair``: the run found store drift; documents whose points differ are reprocessed.
-    """
+              guard: DeleteGuard) -> RootPlan:
+    """Discover a root and diff it against the stored state (writes nothing); documents
+    whose points no longer match their record are planned for repair."""
     runtime = runtime_for(settings)
     runtime.ensure_collection()
     return ingest.plan_root(root, runtime=runtime, namespace=namespace, mode=mode, force=force,
-                            include=include, exclude=exclude, guard=guard, repair=repair)
+                            include=include, exclude=exclude, guard=guard)
 
 
 @task(name="convert", tags=["kbsync", "convert"], **COMMON)
@@ -123,8 +121,8 @@ def record_identity(plan: identity.IdentityPlan, settings: Settings, *, run_id: 
     identity.record_run(plan, runtime=runtime_for(settings), run_id=run_id)
 
 
-@task(name="check-store", tags=["kbsync", "plan"], retries=2, retry_delay_seconds=2,
+@task(name="check-collection", tags=["kbsync", "plan"], retries=2, retry_delay_seconds=2,
       retry_condition_fn=_transient, **COMMON)
-def check_store(settings: Settings, *, namespace: str) -> verify.StoreCheck:
-    """The cheap store-vs-state check (chunk count against the records' sum)."""
-    return verify.check_store(runtime_for(settings), namespace)
+def check_collection(settings: Settings, *, namespace: str) -> str | None:
+    """A warning when the chunk collection was missing while records exist (re-created)."""
+    return verify.check_collection(runtime_for(settings), namespace)

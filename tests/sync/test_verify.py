@@ -30,7 +30,7 @@ from kbsync.runtime import Runtime
 from kbsync.sparse import encode_document
 from kbsync.state import StateStore
 from kbsync.store.base import Filter, Point
-from kbsync.verify import check_store, verify
+from kbsync.verify import check_root, verify
 
 N_DOCS = 12
 
@@ -59,6 +59,11 @@ def drift_of(runtime) -> dict:
                     state_collection=runtime.settings.state_collection)
     return {kind: sorted(entry["doc_ids"]) for kind, entry in
             report.to_dict()["namespaces"].get("default", {"drift": {}})["drift"].items()}
+
+
+def root_check(runtime):
+    return check_root(runtime.store, runtime.collection, "default", "share",
+                      runtime.states.load("default", "share"))
 
 
 @pytest.fixture
@@ -192,7 +197,7 @@ def test_the_check_reads_no_chunk_point_when_the_store_matches(settings, share):
         noop = ingest(runtime, share)
         assert noop["unchanged"] == N_DOCS + 1 and noop["repaired"] == 0
         assert counted.scrolls[settings.collection] == 0
-        assert check_store(runtime, "default").matches
+        assert root_check(runtime).matches
     finally:
         real.close()
 
@@ -259,7 +264,7 @@ def test_drift_that_keeps_the_totals_is_found_by_verify(settings, share):
         [lost] = chunk_points(runtime, doc_id="share/d04.md")
         runtime.store.delete_ids(runtime.collection, [lost.id])
         _rewrite(runtime, lost, new_id=str(uuid.uuid4()), doc_id="share/ghost.md")
-        assert check_store(runtime, "default").matches  # the cheap check cannot see it
+        assert root_check(runtime).matches  # the cheap check cannot see it
         assert drift_of(runtime) == {"missing_points": ["share/d04.md"],
                                      "orphan_points": ["share/ghost.md"]}
     finally:
@@ -281,7 +286,7 @@ def test_repair_keeps_a_drifted_document_whose_file_is_gone(settings, share):
         assert len(chunk_points(runtime, doc_id="share/d05.md")) == 2  # nothing lost
         assert runtime.states.get("default", "share/d05.md") is not None
         again = ingest(runtime, share)
-        assert any("verify --repair" in w for w in again["warnings"])
+        assert any("no file to rebuild" in w and "kbsync verify" in w for w in again["warnings"])
         assert len(chunk_points(runtime, doc_id="share/d05.md")) == 2
     finally:
         runtime.close()
@@ -298,7 +303,7 @@ def test_verify_skips_records_that_are_not_documents(settings, share):
             payload={"namespace": "default", "kind": "future-meta", "doc_id": "share/zz.md",
                      "chunk_count": 3})])
         assert drift_of(runtime) == {}
-        assert check_store(runtime, "default").matches
+        assert root_check(runtime).matches
     finally:
         runtime.close()
 
