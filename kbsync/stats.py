@@ -56,6 +56,7 @@ def empty_stats(settings: Settings, namespace: str | None = None) -> dict:
         "collection": settings.collection,
         "embedding": {"provider": settings.embed_provider.value,
                       "model": settings.embed_model_name(), "dimension": None},
+        "embedding_recorded": False,
         "namespaces": ({} if namespace is None else
                        {namespace: {"documents": 0, "chunks": 0, "failed_embeddings": 0}}),
     }
