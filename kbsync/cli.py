@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let full mode empty a root or delete over --max-delete-fraction")
     ing.add_argument("--max-delete-fraction", type=_fraction, default=0.5, metavar="F",
                      help="full mode refuses to delete more than this share (default 0.5)")
-    ing.add_argument("--rebind", "--moved", action="store_true", dest="rebind",
+    ing.add_argument("--rebind", action="store_true",
                      help="a root NAME bound to another path moved here: bind it to this "
                           "path and keep its documents")
     ing.add_argument("--json", action="store_true", help="print one JSON object on stdout")
