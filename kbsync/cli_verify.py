@@ -16,7 +16,7 @@ def register(sub) -> None:
     ver = sub.add_parser(
         "verify", help="check every document's points against its state record; --repair "
                        "fixes the drift (exit 3 when drift is found or left)")
-    ver.add_argument("--namespace", type=namespace_argument, default=None,
+    ver.add_argument("--namespace", type=namespace_argument, default=None, metavar="NS",
                      help="only this namespace (default: all)")
     ver.add_argument("--repair", action="store_true",
                      help="delete orphan points and rebuild drifted documents from their files "

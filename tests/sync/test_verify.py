@@ -148,6 +148,8 @@ def test_ingest_repairs_points_deleted_through_the_store_api_in_local_mode(setti
         runtime.store.delete(runtime.collection, Filter.where(doc_id="share/d03.md"))
         runtime.store.delete(runtime.collection, Filter.where(doc_id="share/d07.md"))
         runtime.store.delete_ids(runtime.collection, [long_points[1].id])
+        assert drift_of(runtime) == {"missing_points": ["share/d03.md", "share/d07.md",
+                                                        "share/long.md"]}
         again = ingest(runtime, share)
         assert (again["repaired"], again["updated"]) == (3, 3)
         assert again["unchanged"] == N_DOCS + 1 - 3
