@@ -6,7 +6,7 @@ Two depths of the same question:
   the chunk collection exists while records do, then per (namespace, root) of
   the run the exact count of chunk points against the sum of the ``chunk_count``
   of the records the plan loaded anyway: one count per root, no chunk point
-  read (measured: ~5 ms at 10k chunks; ``tests/bench/verify_bench.py``). Only
+  read (measured: ~20 ms at 10k chunks; ``tests/bench/verify_bench.py``). Only
   when they disagree does :func:`damaged_documents` count the points of each
   of the root's documents to name the ones to reprocess. Drift that keeps a
   root's total (an orphan point making up for a lost one), or lies in roots
