@@ -191,8 +191,9 @@ class RelayStore:
 
     def _gone(self, op: str, exc: BaseException | None) -> StoreUnavailable:
         why = f": {exc}" if exc is not None else ""
+        during = "while connecting" if op == "hello" else f"during {op}"
         return StoreUnavailable(
-            f"the process serving reads of {self.path} ({self._who()}) went away during {op}"
+            f"the process serving reads of {self.path} ({self._who()}) went away {during}"
             f"{why}; retry (once it has exited the store opens directly)")
 
     def _who(self) -> str:
