@@ -168,7 +168,7 @@ def test_serve_builds_the_same_deployments(monkeypatch):
         == ("0 2 * * *", "UTC", True)
     assert nightly.concurrency_limit == 1
     assert nightly.concurrency_options.collision_strategy == "ENQUEUE"
-    assert nightly.parameters["mode"] == "incremental"
+    assert nightly.parameters["mode"] == "full"  # the nightly mirrors the share
     assert nightly.enforce_parameter_schema is True
     assert built["backfill"].schedules == [] and built["backfill"].triggers == []
     (trigger,) = built["ci-reindex"].triggers
