@@ -20,7 +20,11 @@ Invariants (tests/chunk/test_chunk_properties.py checks them):
   more than ``max_chars`` characters, whatever the input;
 * consecutive chunks of one section share at most ``overlap`` tokens, and
   chunks of different sections share nothing;
-* output is a pure function of the arguments; time is linear in the input.
+* output is a pure function of the arguments; time is linear in the input;
+* with ``config.fit`` (a model's input limit, counted in its own tokenizer),
+  a section whose chunks do not all fit is planned again with a budget cut in
+  proportion to its worst chunk, until every chunk fits or ``_FIT_ROUNDS``
+  plans were tried (what is still too long is cut by the model, and counted).
 
 Token counts of units are computed once and added up. This is safe because
 counting is subadditive: ``count_tokens(a + b) <= count_tokens(a) +
@@ -34,7 +38,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from kbsync.errors import UsageError
 from kbsync.models import Chunk, Document
@@ -101,6 +105,27 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN_RE.findall(text))
 
 
+# Plans per section before giving up on the fit; each cuts the budget to the worst
+# chunk's share of the limit, so 1-2 are usual (measured on real HTML shares).
+_FIT_ROUNDS = 6
+_FIT_MARGIN = 0.9  # word pieces per chunker token vary within a section
+
+
+class InputFit(Protocol):
+    """An embedding model's input limit in its own tokens.
+
+    Attributes:
+        name: names the model and limit; enters document fingerprints.
+        limit: most tokens the model reads (special tokens included).
+    """
+
+    name: str
+    limit: int
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text as the model counts them; thread-safe."""
+
+
 @dataclass(frozen=True)
 class ChunkConfig:
     """Chunking budget.
@@ -111,6 +136,8 @@ class ChunkConfig:
             section (0 <= overlap < max_tokens).
         max_chars: Most characters in a chunk (>= 1); bounds chunks of huge
             "words" such as a 1 MB line without spaces, which count as one token.
+        fit: The embedding model's input limit, or None; with it, chunks are
+            also kept within ``fit.limit`` model tokens (see the module doc).
 
     Raises:
         UsageError: When the values break the bounds above.
@@ -119,6 +146,7 @@ class ChunkConfig:
     max_tokens: int = 400
     overlap: int = 60
     max_chars: int = 4000
+    fit: InputFit | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -130,6 +158,34 @@ class ChunkConfig:
             )
         if self.max_chars < 1:
             raise UsageError(f"chunk max_chars must be >= 1, got {self.max_chars}")
+
+
+DEFAULT_TOKENS = 400
+# First budget under a fit, as a share of the model's limit: real English docs
+# average ~1.6 word pieces per chunker token (measured on postgresql-doc, git-doc).
+_FIT_START = 5 / 8
+
+
+def chunk_budget(fit: InputFit | None, *, tokens: int | None = None,
+                 overlap: int | None = None) -> ChunkConfig:
+    """The chunk budget in effect.
+
+    An explicit ``tokens`` wins and drops the fit (the embedder cuts overlong
+    chunks and counts them). Otherwise a model with an input limit gets a first
+    budget of 5/8 of it plus the fit, and a model without one (windowing or API
+    models) gets 400. ``overlap`` defaults to 15% of the budget (60 of 400).
+
+    Raises:
+        UsageError: ``overlap`` not below the budget.
+    """
+    if tokens is not None:
+        fit = None
+    elif fit is not None:
+        tokens = max(1, int(fit.limit * _FIT_START))
+    else:
+        tokens = DEFAULT_TOKENS
+    overlap = tokens * 15 // 100 if overlap is None else overlap
+    return ChunkConfig(max_tokens=tokens, overlap=overlap, fit=fit)
 
 
 @dataclass
@@ -231,12 +287,31 @@ def _plan(markdown: str, config: ChunkConfig) -> list[_Piece]:
     """All raw chunks in order, before empty and duplicate ones are dropped."""
     pieces: list[_Piece] = []
     for number, (path, start, end) in enumerate(_sections(markdown)):
-        units: _Units = []
-        _split(markdown, start, end, 0, config, units)
-        for cs, ce in _pack(markdown, units, config):
-            cs, ce = _strip(markdown, cs, ce)
+        for cs, ce in _section_spans(markdown, start, end, config):
             pieces.append(_Piece(number, path, cs, ce))
     return pieces
+
+
+def _section_spans(md: str, s: int, e: int, cfg: ChunkConfig) -> list[tuple[int, int]]:
+    """Stripped chunk spans of md[s:e]; planned again smaller while a chunk overflows the fit."""
+    for _ in range(_FIT_ROUNDS):
+        units: _Units = []
+        _split(md, s, e, 0, cfg, units)
+        spans = [_strip(md, cs, ce) for cs, ce in _pack(md, units, cfg)]
+        if cfg.fit is None or (cfg.max_tokens == 1 and cfg.max_chars == 1):
+            return spans
+        limit = cfg.fit.limit
+        counts = cfg.fit.count([md[a:b] for a, b in spans])
+        worst = max(range(len(spans)), key=counts.__getitem__, default=None)
+        if worst is None or counts[worst] <= limit:
+            return spans
+        text = md[spans[worst][0] : spans[worst][1]]
+        ratio = _FIT_MARGIN * limit / counts[worst]
+        # Both bounds shrink strictly, so the plans end at (1, 1) at the latest.
+        tokens = max(1, min(cfg.max_tokens - 1, int(count_tokens(text) * ratio)))
+        chars = max(1, min(cfg.max_chars - 1, int(len(text) * ratio)))
+        cfg = ChunkConfig(tokens, cfg.overlap * tokens // cfg.max_tokens, chars, cfg.fit)
+    return spans
 
 
 def _sections(md: str) -> list[tuple[str, int, int]]:

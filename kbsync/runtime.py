@@ -10,7 +10,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from kbsync.chunk import CHUNKER_VERSION, ChunkConfig
+from kbsync.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
 from kbsync.convert import CONVERTER_VERSION, convert
 from kbsync.settings import Settings
 from kbsync.sparse import SPARSE_VERSION
@@ -59,6 +59,9 @@ class Runtime:
     @property
     def fingerprint(self) -> str:
         """Hash of every setting that shapes stored points (see :func:`state.fingerprint`)."""
+        # The fit (the model's input limit) only enters when active, so stores built
+        # without one keep their fingerprints.
+        fit = {"chunk_fit": self.chunk_config.fit.name} if self.chunk_config.fit else {}
         return fingerprint(
             converter=CONVERTER_VERSION,
             chunker=CHUNKER_VERSION,
@@ -69,6 +72,7 @@ class Runtime:
             provider=self.service.provider,
             model=self.service.model,
             dimension=self.service.dimension,
+            **fit,
         )
 
     def embedding_info(self) -> dict:
@@ -96,8 +100,9 @@ class Runtime:
         service = build_embedding_service(settings) if with_embedder else None
         return cls(settings=settings, store=store,
                    states=StateStore(store, settings.state_collection), service=service,
-                   chunk_config=ChunkConfig(max_tokens=settings.chunk_tokens,
-                                            overlap=settings.chunk_overlap))
+                   chunk_config=chunk_budget(service.input_fit() if service else None,
+                                             tokens=settings.chunk_tokens,
+                                             overlap=settings.chunk_overlap))
 
     def close(self) -> None:
         """Release the store handle and stop the conversion workers."""

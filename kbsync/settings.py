@@ -54,8 +54,11 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(30.0, gt=0, description="Per-request timeout of the chat model.")
     llm_max_attempts: int = Field(2, ge=1, le=10, description="Attempts per chat request.")
 
-    chunk_tokens: int = Field(400, ge=16, description="Token budget per chunk.")
-    chunk_overlap: int = Field(60, ge=0, description="Overlap in tokens between chunks.")
+    chunk_tokens: int | None = Field(
+        None, ge=16, description="Token budget per chunk; unset = fitted to the embedding "
+        "model's input limit (400 for models without one).")
+    chunk_overlap: int | None = Field(
+        None, ge=0, description="Overlap in tokens between chunks; unset = 15% of the budget.")
     files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
     task_runner: Literal["threads", "dask"] = Field(
         "threads", description="How batches run in parallel: threads, or a Dask cluster.")

@@ -170,6 +170,12 @@ class EmbeddingService:
         """The vector cache, if any."""
         return self._cache
 
+    def input_fit(self):
+        """The provider's input limit for the chunker (:class:`kbsync.chunk.InputFit`), or
+        None when it has none worth fitting (windowing models, API models, hash)."""
+        fit = getattr(self._provider, "input_fit", None)
+        return fit() if callable(fit) else None
+
     # -- public API ----------------------------------------------------------------
     def embed_passages(self, texts: Sequence[str]) -> EmbedOutcome:
         """Embed document chunks; failures of a batch become flagged zero vectors.

@@ -59,6 +59,11 @@ def non_space(text: str) -> str:
 @PROPS
 @given(markdown=markdowns, config=configs())
 def test_coverage_budget_and_overlap(markdown: str, config: ChunkConfig) -> None:
+    check_invariants(markdown, config)
+
+
+def check_invariants(markdown: str, config: ChunkConfig) -> None:
+    """Properties 1-3 and the dropping counts for one input (shared with test_chunk_fit)."""
     pieces = _plan(markdown, config)
 
     # Coverage, in order, and the budget on every raw chunk.
