@@ -8,7 +8,7 @@ from typing import Iterator
 from rich.console import Console
 from rich.table import Table
 
-from kbsync.report import SUMMARY_FIELDS
+from kbsync.report import shown_fields
 from kbsync.search import SearchResult, citation
 
 out = Console()
@@ -28,7 +28,7 @@ def print_ingest(summary: dict) -> None:
                         f"({'dry run, ' if summary['dry_run'] else ''}{summary['mode']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for name in SUMMARY_FIELDS:
+    for name in shown_fields(summary):
         table.add_row(name, str(summary[name]))
     out.print(table)
     for failure in summary["failures"]:

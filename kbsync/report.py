@@ -7,6 +7,13 @@ import re
 SUMMARY_FIELDS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed", "ignored",
                   "chunks_raw", "chunks_kept", "embeddings_computed", "embeddings_cached",
                   "embeddings_failed", "duration_s")
+EXTRA_FIELDS = ("repaired",)
+"""Shown only when not 0 (documents rebuilt because the store had lost their points)."""
+
+
+def shown_fields(summary: dict) -> list[str]:
+    """The metrics a readable summary shows: the stable ones, then non-zero extras."""
+    return list(SUMMARY_FIELDS) + [f for f in EXTRA_FIELDS if summary.get(f)]
 
 
 def artifact_key(prefix: str, namespace: str) -> str:
@@ -26,7 +33,7 @@ def summary_markdown(summary: dict) -> str:
              f"run `{summary['run_id']}`, mode `{summary['mode']}`, "
              f"dry run: {summary['dry_run']}, roots: {', '.join(summary.get('roots', []))}", "",
              "| metric | value |", "|---|---|"]
-    lines += [f"| {name} | {summary[name]} |" for name in SUMMARY_FIELDS]
+    lines += [f"| {name} | {summary[name]} |" for name in shown_fields(summary)]
     if summary["failures"]:
         lines += ["", "## Failures", "", "| doc_id | error | message |", "|---|---|---|"]
         lines += [f"| {_cell(f['doc_id'])} | {f['error']} | {_cell(f['message'])} |"
