@@ -20,7 +20,7 @@ import pytest
 
 from kbtest import write_tree
 from kbsync import cli
-from kbsync.chunk import ChunkConfig
+from kbsync.chunk import chunk_budget
 from kbsync.discover import parse_root
 from kbsync.embed import build_embedding_service
 from kbsync.ingest import run_plain
@@ -134,8 +134,8 @@ def _local_runtime(settings, path: Path) -> Runtime:
     return Runtime(settings=settings, store=store,
                    states=StateStore(store, settings.state_collection),
                    service=build_embedding_service(settings),
-                   chunk_config=ChunkConfig(max_tokens=settings.chunk_tokens,
-                                            overlap=settings.chunk_overlap))
+                   chunk_config=chunk_budget(None, tokens=settings.chunk_tokens,
+                                             overlap=settings.chunk_overlap))
 
 
 def test_ingest_repairs_points_deleted_through_the_store_api_in_local_mode(settings, share,
