@@ -25,6 +25,10 @@ from kbsync.lock import ingest_lock
 from kbsync.settings import Settings
 
 
+REFUSE_WITHIN_S = 5.0
+"""How long a run with ``KBSYNC_LOCK_TIMEOUT_S=0`` tries for a free concurrency slot."""
+
+
 def limit_name(settings: Settings, namespace: str) -> str:
     """Name of the global concurrency limit guarding one collection and namespace."""
     slug = re.sub(r"[^a-z0-9-]+", "-", f"{settings.collection}-{namespace}".lower())
@@ -60,11 +64,16 @@ def run_lock(settings: Settings, namespace: str, *, purpose: str = "ingest") -> 
             name = limit_name(settings, namespace)
             _ensure_limit(name)
             logger.info("acquiring global concurrency limit %s", name)
+            # 0 means "refuse at once": Prefect reads a None timeout as "wait forever", so
+            # allow just the acquisition's round trips.
+            waited = settings.lock_timeout_s or REFUSE_WITHIN_S
             try:
                 stack.enter_context(concurrency(name, occupy=1, strict=True,
-                                                timeout_seconds=settings.lock_timeout_s or None))
+                                                timeout_seconds=waited))
             except TimeoutError as exc:
-                raise LockHeld(f"another ingest holds {name}; waited "
-                               f"{settings.lock_timeout_s} s") from exc
+                raise LockHeld(f"another ingest or remove of collection {settings.collection!r}, "
+                               f"namespace {namespace!r} holds the Prefect concurrency limit "
+                               f"{name}; waited {waited:g} s (set KBSYNC_LOCK_TIMEOUT_S to wait "
+                               "longer)") from exc
         stack.enter_context(ingest_lock(settings, namespace, purpose=purpose))
         yield

@@ -33,3 +33,38 @@ def test_server_mode_creates_and_holds_a_global_concurrency_limit(prefect_api, s
     hold_twice()
     with get_client(sync_client=True) as client:
         assert client.read_global_concurrency_limit_by_name(name).active_slots == 0
+
+
+def test_server_mode_with_no_wait_refuses_at_once(prefect_api, settings, monkeypatch):
+    """KBSYNC_LOCK_TIMEOUT_S=0 refuses a held limit (Prefect's None timeout waited forever)."""
+    import threading
+    import time
+
+    from kbsync.settings import Settings
+
+    monkeypatch.setenv("KBSYNC_QDRANT_URL", "http://127.0.0.1:9")  # never contacted here
+    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "0")
+    server_settings = Settings()
+    outcome: dict = {}
+
+    @flow
+    def hold_twice() -> None:
+        with run_lock(server_settings, "Team B"):
+            def second() -> None:
+                started = time.monotonic()
+                try:
+                    with run_lock(server_settings, "Team B"):
+                        outcome["error"] = None
+                except LockHeld as exc:
+                    outcome["error"] = str(exc)
+                outcome["waited"] = time.monotonic() - started
+
+            # The limit is taken before the lock file, so it is the limit that refuses.
+            worker = threading.Thread(target=second, daemon=True)
+            worker.start()
+            worker.join(60)
+            assert not worker.is_alive(), "a held limit with timeout 0 waited forever"
+
+    hold_twice()
+    assert outcome["error"] and "'Team B'" in outcome["error"]
+    assert outcome["waited"] < 30
