@@ -178,8 +178,11 @@ def _ingest(args, settings) -> int:
     from flows.ingest import ingest  # imported late: Prefect's import costs seconds
 
     from kbsync.console import ingest_status, print_ingest
+    from tasks.watchdog import exit_now, set_lost_handler, watch_orchestrator
 
-    with ingest_status(enabled=not args.json):
+    # A lost Prefect API: the usual error line (and JSON object), then exit at once.
+    set_lost_handler(lambda exc: exit_now(_failed(exc, [], args, settings)))
+    with watch_orchestrator(settings), ingest_status(enabled=not args.json):
         state = ingest(roots=[root_parameter(r) for r in args.roots], namespace=args.namespace,
                        mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
                        # globs match the display form of relative paths (\xNN, as in doc_ids)
@@ -198,8 +201,9 @@ def _ingest(args, settings) -> int:
     return EXIT_PARTIAL if summary["failed"] else EXIT_OK
 
 
-def _as_kbsync_error(error) -> KbsyncError:
-    if isinstance(error, KbsyncError):
+def _as_kbsync_error(error) -> BaseException:
+    # A failed flow's state holds its exception: raise that one (main names its kind).
+    if isinstance(error, BaseException):
         return error
     return KbsyncError(f"run failed: {error}")
 

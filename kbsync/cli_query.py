@@ -106,7 +106,7 @@ def run_eval(args, settings) -> int:
                          return_state=True)
     data = state.result(raise_on_failure=False)
     if not isinstance(data, dict):
-        if isinstance(data, KbsyncError):
+        if isinstance(data, BaseException):  # the flow's own exception: main names its kind
             raise data
         raise KbsyncError(f"run failed: {data}")
     if args.json:
