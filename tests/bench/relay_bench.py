@@ -62,7 +62,10 @@ def _points(rng: np.random.Generator, count: int, start: int = 0) -> list:
 def _open_loaded(path: Path, points: int):
     from kbsync.store.edge import EdgeStore
 
-    store = EdgeStore(path)
+    return _load(EdgeStore(path), points)
+
+
+def _load(store, points: int):
     store.ensure_collection("bench", dimension=DIM, keyword_indexes=("namespace",),
                             sparse=True, bool_indexes=("embedding_failed",))
     if store.count("bench") < points:
@@ -75,11 +78,15 @@ def _open_loaded(path: Path, points: int):
 # --- child: holds the store and serves --------------------------------------------------------
 def child(home: Path, points: int) -> None:
     """Commands on stdin: ``write`` (upsert 20k points, print seconds), ``ingest SHARE``
-    (plain ingest, print seconds), ``quit``."""
-    from kbsync.store.relay import socket_path
+    (plain ingest, print seconds), ``quit``. Opens the store as the ingest flow does."""
+    from kbsync.discover import parse_root
+    from kbsync.ingest import run_plain
+    from kbsync.runtime import Runtime
+    from kbsync.settings import Settings
 
-    store = _open_loaded(home / "qdrant", points)
-    store.serve_readers(socket_path(home, home / "qdrant"))
+    runtime = Runtime.open(Settings(home=home, embed_provider="hash", convert_isolation=False,
+                                    qdrant_url=None), serve_readers=True)
+    store = _load(runtime.store, points)
     print("ready", flush=True)
     rng = np.random.default_rng(2)
     for round_ in range(1, 10**6):
@@ -91,29 +98,11 @@ def child(home: Path, points: int) -> None:
             for i in range(0, len(batch), BATCH):
                 store.upsert("bench", batch[i:i + BATCH])
         elif cmd[0] == "ingest":
-            _ingest(store, home, Path(cmd[1]))
+            run_plain([parse_root(cmd[1])], runtime=runtime, force=True)
         else:
             break
         print(f"{time.perf_counter() - started:.3f}", flush=True)
-    store.close()
-
-
-def _ingest(store, home: Path, share: Path) -> None:
-    from kbsync.chunk import ChunkConfig
-    from kbsync.discover import parse_root
-    from kbsync.embed import build_embedding_service
-    from kbsync.ingest import run_plain
-    from kbsync.runtime import Runtime
-    from kbsync.settings import Settings
-    from kbsync.state import StateStore
-
-    settings = Settings(home=home, embed_provider="hash", convert_isolation=False)
-    runtime = Runtime(settings=settings, store=store,
-                      states=StateStore(store, settings.state_collection),
-                      service=build_embedding_service(settings),
-                      chunk_config=ChunkConfig(max_tokens=settings.chunk_tokens,
-                                               overlap=settings.chunk_overlap))
-    run_plain([parse_root(str(share))], runtime=runtime, force=True)
+    runtime.close()
 
 
 # --- parent: reads -------------------------------------------------------------------------
