@@ -157,7 +157,8 @@ def _reprocess(runtime, namespace: str, todo: Mapping[str, DocState], run_id: st
             continue
         files = [f for f in discover(RootSpec(root, folder), accept=is_supported).files
                  if f.doc_id in states]
-        plan = plan_files(files, states, fingerprint=runtime.fingerprint)
+        plan = plan_files(files, states, fingerprint=runtime.fingerprint,
+                          repair=frozenset(states))  # every one `changed`, bytes hashed
         result.failures.extend(f.to_dict() for f in plan.failures)
         items = [i for i in plan.items if i.file is not None]
         found.update(i.doc_id for i in items)
