@@ -30,6 +30,7 @@ from tasks.locking import run_lock
 from tasks.artifacts import publish_summary, report_progress, start_progress
 from tasks.resources import release
 from tasks.runners import build_task_runner
+from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
 # Parameter descriptions live in the flow's Args docstring: Prefect builds the deployment's
 # parameter schema (the UI form) from it and drops `Field(description=...)` metadata.
@@ -85,7 +86,7 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
     return summary.to_dict()
 
 
-@flow(name="ingest", log_prints=False, validate_parameters=True)
+@flow(name="ingest", log_prints=False, validate_parameters=True, **FLOW_HOOKS)
 def ingest(
     roots: Annotated[list[str], Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
@@ -119,6 +120,7 @@ def ingest(
     started = time.perf_counter()
     logger = get_run_logger()
     settings = Settings()
+    start_flow_watch(settings)  # a lost Prefect API ends the run within a bound (tasks.watchdog)
     # Root paths travel as valid UTF-8 (\xNN for bytes that are not): see root_parameter.
     specs = [parse_root(local_root(r)) for r in roots]
     names = [s.name for s in specs]

@@ -30,12 +30,15 @@ process filling the disk between the check and the write can still beat it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from kbsync.cjk import CJK_WORD_CHARS
 from kbsync.errors import DiskFull
@@ -47,7 +50,10 @@ ENGINE_FACTOR = 2.5  # measured 2.1x raw bytes per point (segment + WAL), plus h
 POINT_PAYLOAD_OVERHEAD = 512  # payload fields besides text, path and heading (bytes)
 STATE_RECORD_BYTES = 1024  # one state record: payload + 1-dim vector, before the factor
 CACHE_ENTRY_OVERHEAD = 256  # key, SQLite row and index per cached vector (bytes)
-BATCH_FLOOR = 4 * MIB  # structure files the engine rewrites atomically on flush
+# Per write: the small structure files the engine rewrites atomically ("save structure").
+# Measured: usage grows linearly with points, no step; new WAL segments (32 MiB) and
+# index pages (4 MiB) are created sparse, and their holes are counted by mapped_holes.
+BATCH_FLOOR = 1 * MIB
 # Creating a collection, measured: ~10 MiB on tmpfs (bitmaps), ~0.2 MiB on ext4; plus what
 # its first opening maps on tmpfs (5 MiB per keyword index).
 CREATE_NEED = {True: 32 * MIB, False: 1 * MIB}
@@ -57,6 +63,11 @@ FILLS_ON_READ = frozenset({"tmpfs", "shmem", "ramfs"})
 _LAZY = re.compile(r"(^|/)wal/|/payload_storage/page_\d+\.dat$|/vector_storage-[^/]*sparse"
                    r"[^/]*/store/page_\d+\.dat$")
 _CJK = re.compile(f"[{CJK_WORD_CHARS}]")
+# Writes in flight in this process (the flow writes several batches at once): each check
+# counts the others' needs as taken, so concurrent batches never share the same free space.
+_ledger_lock = threading.Lock()
+_in_flight: dict[int, int] = {}
+_tokens = itertools.count()
 
 
 def mib(value: int) -> str:
@@ -167,6 +178,28 @@ def estimate_batch(docs: Iterable[tuple[Sequence[str], int, Sequence[str]]], *,
     return BatchEstimate(documents, chunks, int(raw * ENGINE_FACTOR), cache)
 
 
+@contextmanager
+def room(where: Path, *, need: int, what: str, margin: int = 0) -> Iterator[None]:
+    """Hold ``need`` bytes of ``where``'s free space for the write inside the block.
+
+    Like :func:`require`, and the bytes stay booked until the block ends, so
+    writes running at the same time in other threads each get their own room.
+
+    Raises:
+        DiskFull: see :func:`require`; the block does not run.
+    """
+    with _ledger_lock:
+        booked = sum(_in_flight.values())
+        _check(where, need=need, what=what, margin=margin, booked=booked)
+        token = next(_tokens)
+        _in_flight[token] = need
+    try:
+        yield
+    finally:
+        with _ledger_lock:
+            _in_flight.pop(token, None)
+
+
 def require(where: Path, *, need: int, what: str, margin: int = 0) -> None:
     """Raise :class:`DiskFull` unless ``where`` has ``need`` + reserve + ``margin`` free.
 
@@ -177,9 +210,15 @@ def require(where: Path, *, need: int, what: str, margin: int = 0) -> None:
     Raises:
         DiskFull: one line naming the folder, what is free and what is needed.
     """
+    with _ledger_lock:
+        booked = sum(_in_flight.values())
+    _check(where, need=need, what=what, margin=margin, booked=booked)
+
+
+def _check(where: Path, *, need: int, what: str, margin: int, booked: int) -> None:
     free = free_bytes(where)
     reserve = mapped_holes(where)
-    total = need + reserve + margin
+    total = need + reserve + margin + booked
     if free >= total:
         return
     parts = [f"{what} {mib(need)}"]
@@ -187,6 +226,8 @@ def require(where: Path, *, need: int, what: str, margin: int = 0) -> None:
         parts.append(f"pages the engine maps on opening {mib(reserve)}")
     if margin:
         parts.append(f"margin KBSYNC_MIN_FREE_MB {mib(margin)}")
+    if booked:
+        parts.append(f"writes in progress {mib(booked)}")
     raise DiskFull(f"not enough disk space under {where}: {mib(free)} free, {mib(total)} "
                    f"needed ({' + '.join(parts)}); nothing of it was written: free space "
                    "(or lower KBSYNC_MIN_FREE_MB) and run again")
@@ -204,9 +245,9 @@ def require_open(folder: Path, name: str) -> None:
         return
     free = free_bytes(folder)
     if free < need:
-        raise DiskFull(f"cannot open collection {name!r}: opening it maps {mib(need)} of "
-                       f"unallocated file pages under {folder} ({fs_type(folder)}, which "
-                       f"allocates them on read), {mib(free)} free; free space and run again")
+        raise DiskFull(f"cannot open collection {name!r} under {folder}: {mib(free)} free, "
+                       f"{mib(need)} needed (file pages the engine maps on opening, which "
+                       f"{fs_type(folder)} allocates on read); free space and run again")
 
 
 def require_create(folder: Path, name: str) -> None:

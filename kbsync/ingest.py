@@ -184,6 +184,7 @@ class IngestSummary:
     embeddings_truncated: int = 0
     warnings: list[str] = field(default_factory=list)
     repaired: int = 0  # reprocessed because their points no longer matched the state
+    embedding_bisect_requests: int = 0  # requests spent isolating inputs an endpoint refused
 
     def to_dict(self) -> dict:
         """JSON form."""

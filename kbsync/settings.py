@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     min_free_mb: float = Field(
         64.0, ge=0, description="Free space kept under KBSYNC_HOME beyond what a write needs; "
         "a batch that would eat into it stops the run with DiskFull.")
+    orchestrator_timeout_s: float = Field(
+        60.0, ge=0, description="A run whose Prefect API stops answering ends within this "
+        "many seconds with OrchestratorUnavailable; 0 = wait as long as Prefect retries.")
 
     @property
     def store_path(self) -> Path:
