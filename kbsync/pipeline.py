@@ -206,6 +206,7 @@ def _assign(result: StageResult, works: Sequence[DocWork], outcome) -> None:
     result.counters["embeddings_computed"] += outcome.computed
     result.counters["embeddings_cached"] += outcome.cached
     result.counters["embeddings_truncated"] += outcome.truncated
+    result.counters["embedding_bisect_requests"] += outcome.bisect_requests
     start = 0
     for work in works:
         end = start + len(work.chunks)
@@ -283,5 +284,6 @@ def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
         result.counters["embeddings_computed"] += outcome.computed
         result.counters["embeddings_cached"] += outcome.cached
         result.counters["embeddings_failed"] += outcome.failed_count
+        result.counters["embedding_bisect_requests"] += outcome.bisect_requests
         result.counters["partial"] += state.status is DocStatus.PARTIAL
     return result

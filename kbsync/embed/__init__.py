@@ -10,6 +10,7 @@ import hashlib
 import threading
 
 from kbsync.embed.base import EmbeddingProvider, TextKind
+from kbsync.embed.bisect import InputRejected
 from kbsync.embed.cache import EmbeddingCache, cache_key
 from kbsync.embed.hash import HashEmbedder
 from kbsync.embed.pipeline import BatchResult, BatchTooLarge, EmbeddingService, EmbedOutcome
@@ -24,6 +25,7 @@ __all__ = [
     "EmbeddingProvider",
     "EmbeddingService",
     "HashEmbedder",
+    "InputRejected",
     "TextKind",
     "build_embedding_service",
     "build_provider",

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 
 from kbsync.embed.base import TextKind
+from kbsync.embed.bisect import InputRejected
 from kbsync.embed.pipeline import BatchTooLarge, BatchResult
 from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
 
@@ -162,7 +163,8 @@ class OpenAIEmbedder:
             EmbeddingTransientError: 408/409/429/5xx, connection error or timeout;
                 ``retry_after`` holds the server's Retry-After in seconds or None.
             BatchTooLarge: 413, or a 400 saying the batch is too big.
-            EmbeddingPermanentError: 400/401/403/404/422, or a malformed reply.
+            InputRejected: another 400/422 (the service bisects the batch).
+            EmbeddingPermanentError: 401/403/404, or a malformed reply.
         """
         return self.embed_batch_counted(texts, kind).vectors
 
@@ -266,6 +268,8 @@ class OpenAIEmbedder:
             return err
         if status == 413 or (status in (400, 422) and _BATCH_MESSAGE.search(message)):
             return BatchTooLarge(text)
+        if status in (400, 422):  # about these inputs: the service bisects the batch
+            return InputRejected(text)
         if status in (401, 403):
             return EmbeddingPermanentError(text + " (check KBSYNC_EMBED_API_KEY)")
         if status == 404:

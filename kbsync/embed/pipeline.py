@@ -9,8 +9,12 @@ behaviour:
   halves the batch and the smaller size is kept for the service's life;
 * transient errors are retried with exponential backoff and full jitter,
   waiting at least the server's ``Retry-After``, at most ``max_attempts`` times;
-* a batch whose attempts are exhausted gets zero vectors and ``failed`` flags
-  (never cached) so the caller can store it flagged and re-embed it next run;
+* a batch that fails for good (attempts exhausted, or its inputs rejected with
+  a 400/422) is bisected (:mod:`kbsync.embed.bisect`) down to the inputs that
+  fail; only those get zero vectors and ``failed`` flags (never cached), so the
+  caller stores them flagged and re-embeds them next run. Bisection is bounded
+  (it stops when both halves fail transiently, and at a request budget) and
+  skipped while the endpoint looks down (fail-fast, below);
 * a permanent error (401, 404, malformed reply) raises at once: retrying or
   storing fallbacks would hide a configuration mistake.
 """
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 from kbsync.embed.base import EmbeddingProvider, TextKind
+from kbsync.embed.bisect import InputRejected, bisect_batch, bisect_budget
 from kbsync.embed.cache import EmbeddingCache, cache_key, pack_vector, unpack_vector
 from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
 
@@ -45,6 +50,7 @@ class BatchResult:
 
     vectors: list[list[float]]
     truncated: int = 0
+    requests: int = 0  # bisection requests behind these vectors (0 for one plain call)
 
 
 @dataclass
@@ -64,6 +70,7 @@ class EmbedOutcome:
     failed_count: int = 0
     truncated: int = 0
     retries: int = 0  # transient errors retried during this call
+    bisect_requests: int = 0  # requests spent isolating the inputs of failed batches
 
     @property
     def all_failed(self) -> bool:
@@ -81,6 +88,7 @@ class ServiceStats:
     truncated: int = 0
     retries: int = 0
     splits: int = 0
+    bisect_requests: int = 0
 
 
 class EmbeddingService:
@@ -133,6 +141,7 @@ class EmbeddingService:
         self._lock = threading.Lock()
         self._dimension: int | None = None
         self._consecutive_failures = 0
+        self._accepted = False  # the provider has answered a request (bisection's evidence)
         self.stats = ServiceStats()
 
     # -- identity ----------------------------------------------------------------
@@ -209,10 +218,11 @@ class EmbeddingService:
         cached_texts = set(vectors)
         misses = [text for text in unique if text not in cached_texts]
 
-        computed, truncated, retries = self._compute(misses, kind, dim, keys)
+        computed, truncated, retries, bisected = self._compute(misses, kind, dim, keys)
         vectors.update(computed)
 
-        outcome = EmbedOutcome(vectors=[], failed=[], truncated=truncated, retries=retries)
+        outcome = EmbedOutcome(vectors=[], failed=[], truncated=truncated, retries=retries,
+                               bisect_requests=bisected)
         zero = [0.0] * dim
         for text in texts:
             vector = vectors.get(text)
@@ -230,6 +240,7 @@ class EmbeddingService:
             self.stats.failed += outcome.failed_count
             self.stats.truncated += truncated
             self.stats.retries += retries
+            self.stats.bisect_requests += bisected
         if outcome.failed_count:
             log.warning("embedding %s/%s: %d of %d texts fell back to zero vectors (%s)",
                         self.provider, self.model, outcome.failed_count, len(texts),
@@ -264,10 +275,11 @@ class EmbeddingService:
     # -- internals -------------------------------------------------------------------
     def _compute(
         self, texts: list[str], kind: TextKind, dim: int, keys: dict[str, str]
-    ) -> tuple[dict[str, list[float]], int, int]:
-        """Embed ``texts`` in batches; returns vectors of the successes, truncations, retries."""
+    ) -> tuple[dict[str, list[float]], int, int, int]:
+        """Embed ``texts`` in batches; returns vectors of the successes, truncations, retries
+        and bisection requests."""
         done: dict[str, list[float]] = {}
-        truncated = 0
+        truncated = bisected = 0
         retries = [0]
         pending: deque[tuple[int, int]] = deque([(0, len(texts))]) if texts else deque()
         while pending:
@@ -285,14 +297,53 @@ class EmbeddingService:
                 self._shrink((len(batch) + 1) // 2)
                 pending.appendleft((start, end))
                 continue
+            except InputRejected as exc:
+                result = self._bisect(batch, kind, dim, exc)
+            else:
+                if result is None and not self._failing_fast():
+                    result = self._bisect(batch, kind, dim, None)
             if result is None:
                 continue
             truncated += result.truncated
-            fresh = dict(zip(batch, result.vectors))
+            bisected += result.requests
+            fresh = {t: v for t, v in zip(batch, result.vectors) if v is not None}
             if self._cache is not None:
                 self._cache.set_many((keys[t], v) for t, v in fresh.items())
             done.update(fresh)
-        return done, truncated, retries[0]
+        return done, truncated, retries[0], bisected
+
+    def _failing_fast(self) -> bool:
+        """True while consecutive batches keep failing (the endpoint looks down)."""
+        with self._lock:
+            return self.fail_fast_after > 0 and self._consecutive_failures >= self.fail_fast_after
+
+    def _bisect(self, batch: list[str], kind: TextKind, dim: int,
+                rejected: InputRejected | None) -> BatchResult:
+        """Vectors of the inputs of a failed batch that embed alone or in smaller groups;
+        None where an input keeps failing. ``requests`` counts what it cost.
+
+        Raises:
+            InputRejected: a single rejected input before the endpoint accepted
+                anything, or a rejection bisection blames on the configuration.
+        """
+        if len(batch) == 1:  # nothing to split: the input itself failed
+            if rejected is not None and not self._accepted:
+                raise rejected
+            return BatchResult([None], 0)
+
+        def once(texts: list[str]) -> BatchResult:
+            result = self._call(texts, kind, dim)
+            with self._lock:
+                self._consecutive_failures = 0
+            return result
+
+        found = bisect_batch(batch, once, budget=bisect_budget(len(batch)), accepted=lambda: self._accepted)
+        log.warning("embedding: a batch of %d failed (%s); bisected in %d request(s): %d input(s) "
+                    "fall back, %d embedded%s", len(batch), rejected or "attempts exhausted",
+                    found.requests, len(found.fallback), len(found.vectors),
+                    f"; stopped: {found.stopped}" if found.stopped else "")
+        return BatchResult([found.vectors.get(i) for i in range(len(batch))], found.truncated,
+                           found.requests)
 
     def _attempt_batch(self, batch: list[str], kind: TextKind, dim: int, retries: list[int]) -> BatchResult | None:
         """One batch with retries; None when its attempts are exhausted."""
@@ -370,6 +421,7 @@ class EmbeddingService:
                     f"{self.provider}/{self.model} returned a non-finite or all-zero vector"
                 )
             rounded.append(vector)
+        self._accepted = True
         return BatchResult(rounded, result.truncated)
 
     @staticmethod

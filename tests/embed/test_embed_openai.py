@@ -140,8 +140,9 @@ def test_stall_past_client_timeout_is_retried(fake_server, sleeps) -> None:
 
 def test_openai_client_itself_never_retries(fake_server, sleeps) -> None:
     fake_server.set_faults([Fault.error(503)])
-    outcome = _service(fake_server, sleeps, max_attempts=1).embed_passages(_texts(2))
-    assert outcome.failed == [True, True]
+    # One text: a failed batch of several would be bisected (tests/embed/test_embed_bisect.py).
+    outcome = _service(fake_server, sleeps, max_attempts=1).embed_passages(_texts(1))
+    assert outcome.failed == [True] and outcome.bisect_requests == 0
     assert len(fake_server.embedding_requests()) == 1
 
 
@@ -157,14 +158,19 @@ def test_random_transient_faults_everything_embedded(tmp_path: Path, fake_server
 
 # -- exhausted attempts: flagged fallback --------------------------------------------------------
 def test_exhausted_batch_gets_zero_vectors_and_flags(tmp_path: Path, fake_server, sleeps) -> None:
-    fake_server.set_faults([Fault.error(503)] * 3)  # the first batch's three attempts
+    first_batch = set(_texts(2))
+    # Every request holding a text of the first batch fails: its attempts, then both halves
+    # of its bisection (which stops there: both halves failing transiently looks like an outage).
+    fake_server.set_faults(lambda r: Fault.error(503) if first_batch & set(r.inputs) else None)
     cache = EmbeddingCache(tmp_path / "c")
     service = _service(fake_server, sleeps, cache=cache, batch_size=2, max_attempts=3)
     outcome = service.embed_passages(_texts(4))
     assert outcome.failed == [True, True, False, False]
     assert outcome.vectors[0] == [0.0] * 8 and any(outcome.vectors[2])
     assert (outcome.computed, outcome.failed_count, outcome.all_failed) == (2, 2, False)
+    assert outcome.bisect_requests == 2 and len(fake_server.embedding_requests()) == 3 + 2 + 1
     # Failed vectors are never cached: the next call computes them.
+    fake_server.set_faults(None)
     again = service.embed_passages(_texts(4))
     assert (again.computed, again.cached, again.failed_count) == (2, 2, 0)
 
@@ -176,8 +182,10 @@ def test_all_batches_fail_is_reported_not_raised(fake_server, sleeps, caplog) ->
         outcome = service.embed_passages(_texts(50))
     assert outcome.all_failed and outcome.failed_count == 50 and outcome.computed == 0
     assert all(v == [0.0] * 8 for v in outcome.vectors)
-    # 2 batches x 3 attempts, then one attempt per batch while the endpoint looks down
-    assert len(fake_server.embedding_requests()) == 3 + 3 + 1 + 1 + 1
+    # 2 batches x 3 attempts, then one attempt per batch while the endpoint looks down; the
+    # first batch's bisection stops after its two halves (both transient), the others skip it.
+    assert len(fake_server.embedding_requests()) == 3 + 2 + 3 + 1 + 1 + 1
+    assert outcome.bisect_requests == 2
     assert "chunk number" not in caplog.text  # counts are logged, texts are not
     fake_server.set_faults(None)
     assert service.embed_passages(_texts(3)).computed == 3  # one success closes the breaker
@@ -230,10 +238,9 @@ def test_single_input_refused_is_a_clear_error(fake_server, sleeps) -> None:
         (Fault.non_finite(), "non-finite"),
         (Fault(status=200, raw_body=b"<html>bad gateway</html>", content_type="text/html"), "malformed"),
         (Fault.error(404, "model not found"), "HTTP 404"),
-        (Fault.error(400, "invalid input"), "HTTP 400"),
         (Fault.error(429, "You exceeded your current quota", error_type="insufficient_quota"), "quota"),
     ],
-    ids=["bad-json", "too-few", "wrong-dim", "nan", "html", "404", "400", "quota"],
+    ids=["bad-json", "too-few", "wrong-dim", "nan", "html", "404", "quota"],
 )
 def test_wrong_answers_raise_without_retry(fake_server, sleeps, fault, match) -> None:
     fake_server.set_faults([fault])
