@@ -1,9 +1,11 @@
 """The ingest stages as Prefect tasks, one task run per batch of files.
 
 Each task is a thin wrapper over a :mod:`kbsync.pipeline` function; per-file
-errors are already captured there, so a task fails only for a run-level
-problem. Transient errors (store unavailable, lock held) are retried; writes
-are idempotent, so a retried batch converges to the same points.
+errors, unexpected exceptions included (as ``InternalError``), are already
+captured there, so a task fails only for a run-level problem
+(``pipeline.RUN_LEVEL_ERRORS``). Transient errors (store unavailable, lock held)
+are retried; writes are idempotent, so a retried batch converges to the same
+points.
 """
 
 from __future__ import annotations
