@@ -99,18 +99,24 @@ def set_aside_damaged(runtime) -> Path | None:
     its file. Only the chunk collection: a damaged state collection is raised.
 
     Raises:
-        StoreDrift: the store is a server's, or the state collection is the damaged one.
+        StoreDrift: the store is a server's or another process's (read through its
+            relay: renaming its folder would pull it from under that process), or
+            the state collection is the damaged one.
+        LockHeld: an ingest is running.
     """
+    from kbsync.store.edge import EdgeStore
+
     try:
         runtime.store.collection_dimension(runtime.collection)
         return None
     except StoreDrift:
-        if runtime.settings.qdrant_url:
+        if not isinstance(runtime.store, EdgeStore):
             raise
         folder = runtime.settings.store_path / runtime.collection
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         aside = folder.with_name(f"{folder.name}.damaged-{stamp}")
-        folder.rename(aside)
+        with ingest_lock(runtime.settings, "*", purpose="repair"):  # one lock per edge store
+            folder.rename(aside)
         log.warning("collection %s could not be opened: set aside as %s", runtime.collection,
                     aside)
         return aside
