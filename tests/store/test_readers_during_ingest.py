@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import kbsync
 from kbsync.errors import StoreUnavailable
 from kbsync.settings import Settings
 from kbsync.store import open_store
@@ -137,6 +138,8 @@ def test_relay_store_refuses_writes_and_reopens_when_the_ingest_ends(home, write
                                           payload={}, vector=[1.0] * 384)])
         with pytest.raises(StoreUnavailable, match="read-only"):
             store.ensure_collection("other", dimension=4)
+        found = kbsync.search("marker5", settings=_settings(home), mode="dense", k=3)
+        assert found.results and found.results[0].doc_id.startswith("share/")  # Python API
         states = list(store.scroll("kbsync_state", page_size=7))  # several relay pages
         assert len({p.id for p in states}) == len(states)
         assert len([p for p in states if p.payload["doc_id"].startswith("share/")]) == FILES
@@ -148,6 +151,19 @@ def test_relay_store_refuses_writes_and_reopens_when_the_ingest_ends(home, write
     assert open_store(_settings(home)).__class__.__name__ == "EdgeStore"
 
 
+def _freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every one of its threads is stopped (delivery is async)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while True:
+        states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for task in Path(f"/proc/{pid}/task").iterdir()]
+        if all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, states
+        time.sleep(0.02)
+
+
 def _connections(path: Path) -> int:
     """Unix sockets bound to ``path``: the listener plus connections not yet accepted."""
     text = Path("/proc/net/unix").read_text()
@@ -156,7 +172,7 @@ def _connections(path: Path) -> int:
 
 def test_relay_gone_mid_call_is_one_line_exit_1(home, writer):
     sock = socket_path(home, home / "qdrant")
-    os.kill(writer.proc.pid, signal.SIGSTOP)  # the relay can no longer answer
+    _freeze(writer.proc.pid)  # the relay can no longer answer
     try:
         baseline = _connections(sock)
         reader = subprocess.Popen([KBSYNC, "stats", "--json"], env=_env(home), text=True,
@@ -203,7 +219,7 @@ def test_a_stale_socket_is_ignored_by_readers_and_replaced_by_the_next_ingest(tm
 def test_a_relay_that_does_not_answer_fails_within_the_call_timeout(home, writer):
     sock = socket_path(home, home / "qdrant")
     store = RelayStore.connect(home / "qdrant", sock, call_timeout_s=1.0)
-    os.kill(writer.proc.pid, signal.SIGSTOP)
+    _freeze(writer.proc.pid)
     try:
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="did not answer count within 1 s"):
