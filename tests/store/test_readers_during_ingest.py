@@ -101,7 +101,7 @@ def test_search_and_stats_are_served_while_an_ingest_writes(tmp_path, home, writ
     assert sock.exists() and (sock.stat().st_mode & 0o777) == 0o600
     assert (sock.parent.stat().st_mode & 0o777) == 0o700
     env = _env(home)
-    for _ in range(3):  # several rounds, each while the writer rewrites every document
+    for _ in range(2):  # two rounds, each while the writer rewrites every document
         code, hits, err = _kbsync(env, "search", "rotate key policy", "--json")
         assert code == 0, err
         assert hits["results"] and hits["results"][0]["doc_id"].startswith("share/")
