@@ -74,20 +74,20 @@ def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
 
 
 def kbsync(env, *args: str, timeout: float = 300) -> tuple[int, str, str]:
-    import time; t0 = time.monotonic()
     proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
-    print("TIMING", args[0], round(time.monotonic() - t0, 1), proc.returncode)
     assert proc.returncode not in SIGBUS_CODES, f"kbsync {args[0]} died from SIGBUS"
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def _disk_full_line(code: int, err: str) -> str:
-    """The one stderr line of a DiskFull exit."""
+    """The one error line of a DiskFull exit (before it, only warnings: a cache write that
+    failed on the full disk is one)."""
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 1 and len(lines) == 1, (code, err[-3000:])
-    assert "DiskFull" in lines[0] and " free, " in lines[0] and "needed" in lines[0], lines
-    return lines[0]
+    assert code == 1 and lines, (code, err[-3000:])
+    assert all(line.startswith("WARNING ") for line in lines[:-1]), err[-3000:]
+    assert "DiskFull" in lines[-1] and " free, " in lines[-1] and "needed" in lines[-1], lines
+    return lines[-1]
 
 
 def _ballast(path: Path, size: int) -> None:
@@ -190,8 +190,11 @@ def test_full_disk_mid_run_loses_nothing_and_the_next_run_converges(tmpfs, prefe
     _share_gen().generate(share, 160, seed=7)
     env = _env(prefect_api, home, KBSYNC_MIN_FREE_MB="0", KBSYNC_FILES_PER_BATCH="4",
                KBSYNC_CONVERT_ISOLATION="false")
-    code, _, err = kbsync(env, "ingest", str(seed))
-    assert code == 0, err
+    seeding = Runtime.open(settings.model_copy(update={"home": home}))
+    try:  # the store's collections exist (fast, in-process): what is left is the share
+        run_plain([parse_root(str(seed))], runtime=seeding)
+    finally:
+        seeding.close()
 
     # A store created but never reopened has unallocated pages that opening maps (on tmpfs
     # they are allocated on read): with the disk full, `stats` used to die from SIGBUS.
