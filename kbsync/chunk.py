@@ -21,10 +21,12 @@ Invariants (tests/chunk/test_chunk_properties.py checks them):
 * consecutive chunks of one section share at most ``overlap`` tokens, and
   chunks of different sections share nothing;
 * output is a pure function of the arguments; time is linear in the input;
-* with ``config.fit`` (a model's input limit, counted in its own tokenizer),
-  a section whose chunks do not all fit is planned again with a budget cut in
-  proportion to its worst chunk, until every chunk fits or ``_FIT_ROUNDS``
-  plans were tried (what is still too long is cut by the model, and counted).
+* with ``config.fit`` (a model's input limit, counted in its own tokenizer), a
+  chunk that does not fit is replaced by its own text (less the overlap it
+  took from the previous chunk) chunked again under a budget cut in proportion
+  to its overflow, up to ``_FIT_ROUNDS`` times (what is still too long is cut
+  by the model, and counted). Chunks that fit are kept as planned; the first
+  piece of a replaced chunk carries no overlap.
 
 Token counts of units are computed once and added up. This is safe because
 counting is subadditive: ``count_tokens(a + b) <= count_tokens(a) +
@@ -105,10 +107,10 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN_RE.findall(text))
 
 
-# Plans per section before giving up on the fit; each cuts the budget to the worst
+# Re-chunkings of one overflowing chunk before giving up; each cuts the budget to the
 # chunk's share of the limit, so 1-2 are usual (measured on real HTML shares).
 _FIT_ROUNDS = 6
-_FIT_MARGIN = 0.9  # word pieces per chunker token vary within a section
+_FIT_MARGIN = 0.9  # word pieces per chunker token vary within a chunk
 
 
 class InputFit(Protocol):
@@ -292,26 +294,33 @@ def _plan(markdown: str, config: ChunkConfig) -> list[_Piece]:
     return pieces
 
 
-def _section_spans(md: str, s: int, e: int, cfg: ChunkConfig) -> list[tuple[int, int]]:
-    """Stripped chunk spans of md[s:e]; planned again smaller while a chunk overflows the fit."""
-    for _ in range(_FIT_ROUNDS):
-        units: _Units = []
-        _split(md, s, e, 0, cfg, units)
-        spans = [_strip(md, cs, ce) for cs, ce in _pack(md, units, cfg)]
-        if cfg.fit is None or (cfg.max_tokens == 1 and cfg.max_chars == 1):
-            return spans
-        limit = cfg.fit.limit
-        counts = cfg.fit.count([md[a:b] for a, b in spans])
-        worst = max(range(len(spans)), key=counts.__getitem__, default=None)
-        if worst is None or counts[worst] <= limit:
-            return spans
-        text = md[spans[worst][0] : spans[worst][1]]
-        ratio = _FIT_MARGIN * limit / counts[worst]
-        # Both bounds shrink strictly, so the plans end at (1, 1) at the latest.
-        tokens = max(1, min(cfg.max_tokens - 1, int(count_tokens(text) * ratio)))
-        chars = max(1, min(cfg.max_chars - 1, int(len(text) * ratio)))
-        cfg = ChunkConfig(tokens, cfg.overlap * tokens // cfg.max_tokens, chars, cfg.fit)
-    return spans
+def _section_spans(md: str, s: int, e: int, cfg: ChunkConfig,
+                   rounds: int = _FIT_ROUNDS) -> list[tuple[int, int]]:
+    """Stripped chunk spans of md[s:e]. With a fit, a chunk longer than the model reads is
+    replaced by its own part (without the overlap it took) chunked again, smaller."""
+    units: _Units = []
+    _split(md, s, e, 0, cfg, units)
+    spans = [_strip(md, cs, ce) for cs, ce in _pack(md, units, cfg)]
+    if cfg.fit is None or rounds == 0 or (cfg.max_tokens == 1 and cfg.max_chars == 1):
+        return spans
+    out: list[tuple[int, int]] = []
+    covered = s
+    for (a, b), n in zip(spans, cfg.fit.count([md[a:b] for a, b in spans])):
+        if n <= cfg.fit.limit:
+            out.append((a, b))
+        else:
+            out.extend(_section_spans(md, max(a, covered), b, _shrunk(cfg, md[a:b], n), rounds - 1))
+        covered = max(covered, b)
+    return out
+
+
+def _shrunk(cfg: ChunkConfig, text: str, pieces: int) -> ChunkConfig:
+    """A budget under which ``text`` (``pieces`` model tokens) would fit; both bounds shrink
+    strictly, so repeated shrinking ends at (1, 1)."""
+    ratio = _FIT_MARGIN * cfg.fit.limit / pieces
+    tokens = max(1, min(cfg.max_tokens - 1, int(count_tokens(text) * ratio)))
+    chars = max(1, min(cfg.max_chars - 1, int(len(text) * ratio)))
+    return ChunkConfig(tokens, cfg.overlap * tokens // cfg.max_tokens, chars, cfg.fit)
 
 
 def _sections(md: str) -> list[tuple[str, int, int]]:
