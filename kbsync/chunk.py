@@ -178,7 +178,7 @@ def chunk_budget(fit: InputFit | None, *, tokens: int | None = None,
     models) gets 400. ``overlap`` defaults to 15% of the budget (60 of 400).
 
     Raises:
-        UsageError: ``overlap`` not below the budget.
+        UsageError: ``overlap`` not below the budget (names both variables).
     """
     if tokens is not None:
         fit = None
@@ -186,7 +186,11 @@ def chunk_budget(fit: InputFit | None, *, tokens: int | None = None,
         tokens = max(1, int(fit.limit * _FIT_START))
     else:
         tokens = DEFAULT_TOKENS
-    overlap = tokens * 15 // 100 if overlap is None else overlap
+    if overlap is None:
+        overlap = tokens * 15 // 100
+    elif overlap >= tokens:
+        raise UsageError(f"KBSYNC_CHUNK_OVERLAP={overlap} must be below the chunk budget {tokens} "
+                         "(KBSYNC_CHUNK_TOKENS; when unset, fitted to the embedding model)")
     return ChunkConfig(max_tokens=tokens, overlap=overlap, fit=fit)
 
 

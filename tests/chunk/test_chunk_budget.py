@@ -15,6 +15,7 @@ import pytest
 from kbsync.chunk import ChunkConfig, chunk_budget
 from kbsync.discover import parse_root
 from kbsync.embed import clear_service_cache
+from kbsync.errors import UsageError
 from kbsync.ingest import run_plain
 from kbsync.runtime import Runtime
 from kbsync.settings import Settings
@@ -29,6 +30,8 @@ def test_budget_rules() -> None:
     explicit = chunk_budget(fit, tokens=300)
     assert (explicit.max_tokens, explicit.overlap, explicit.fit) == (300, 45, None)
     assert chunk_budget(fit, overlap=0).overlap == 0
+    with pytest.raises(UsageError, match="KBSYNC_CHUNK_OVERLAP=200 must be below the chunk budget 160"):
+        chunk_budget(fit, overlap=200)
 
 
 def _settings(tmp_path, monkeypatch, **env: str) -> Settings:
