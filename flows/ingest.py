@@ -9,6 +9,7 @@ returns the JSON summary either way.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Annotated
 
 from prefect import flow, get_run_logger
@@ -63,20 +64,24 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
     with keep_counts(summary):  # a failure still reports the batches done (run_counts)
         batches = list(iter_batches(rp.to_process(), settings.files_per_batch))
         progress = start_progress(spec.name) if batches else None
-        stages = []
-        for batch in batches:
+        # A bounded window of batches in flight: a run-level error (DiskFull, a lost store)
+        # stops the run after the batches already started instead of running every one.
+        window, pending, done = 2 * settings.task_workers, deque(), 0
+        for number, batch in enumerate(batches, 1):
             converted = t.convert_batch.submit(batch, settings)
             chunked = t.chunk_batch.submit(converted, settings)
             embedded = t.embed_batch.submit(chunked, settings)
             written = t.upsert_batch.submit(embedded, settings, namespace=namespace,
                                             run_id=run_id)
-            stages.append((converted, chunked, embedded, written))
-        for number, futures in enumerate(stages, 1):
-            wait(list(futures))
-            for future in futures:
-                account_stage(summary, future.result())
-            report_progress(progress, number, len(batches))
-            logger.info("root %s: batch %d/%d done", spec.name, number, len(batches))
+            pending.append((converted, chunked, embedded, written))
+            while pending and (len(pending) > window or number == len(batches)):
+                futures = pending.popleft()
+                wait(list(futures))
+                for future in futures:
+                    account_stage(summary, future.result())
+                done += 1
+                report_progress(progress, done, len(batches))
+                logger.info("root %s: batch %d/%d done", spec.name, done, len(batches))
         healing = rp.plan.of(PlanAction.HEAL)
         if healing:
             account_stage(summary, t.heal_batch(healing, settings, namespace=namespace,
