@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from prefect.states import Failed
 from pydantic import Field
 
+from kbsync.errors import RetrievalRegression
 from kbsync.eval_report import gate_message
 from kbsync.evaluate import build_result, check_k, llm_for, parse_modes
 from kbsync.settings import Settings
@@ -71,6 +72,7 @@ def evaluate(
                     metrics["ndcg@10"] or 0, metrics["latency_ms_p50"])
     data = result.to_dict()
     if not result.gate_ok:
-        return Failed(message="retrieval regression: " + gate_message(result.regression),
-                      data=data)
+        message = "retrieval regression: " + gate_message(result.regression)
+        # The result rides on an exception: Prefect resolves a Failed state's data into one.
+        return Failed(message=message, data=RetrievalRegression(message, data))
     return data

@@ -20,7 +20,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
 from kbsync.discover import iter_batches, local_root, parse_root, root_parameter
-from kbsync.errors import EmbeddingOutage, UsageError
+from kbsync.errors import EmbeddingOutage, FilesFailed, UsageError
 from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
                            account_repaired, account_stage, new_run_id)
 from kbsync.models import PlanAction, SyncMode
@@ -173,6 +173,7 @@ def ingest(
         attach(outage, summary)
         raise outage
     if summary.failed:
-        return Failed(message=f"{summary.failed} of {summary.files_seen} files failed",
-                      data=result)
+        # The summary rides on an exception: Prefect resolves a Failed state's data into one.
+        message = f"{summary.failed} of {summary.files_seen} files failed"
+        return Failed(message=message, data=FilesFailed(message, result))
     return result

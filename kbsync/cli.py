@@ -18,7 +18,7 @@ from typing import Sequence
 from kbsync import cli_query, cli_remove, cli_support, cli_verify
 from kbsync.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
                                 namespace_argument, score_argument, text_argument)
-from kbsync.errors import KbsyncError
+from kbsync.errors import KbsyncError, RunEndedFailed
 log = logging.getLogger("kbsync.cli")
 
 
@@ -191,14 +191,26 @@ def _ingest(args, settings) -> int:
                        allow_mass_delete=args.allow_mass_delete,
                        max_delete_fraction=args.max_delete_fraction, rebind=args.rebind,
                        return_state=True)
-    summary = state.result(raise_on_failure=False)
-    if not isinstance(summary, dict):
-        raise _as_kbsync_error(summary)
+    summary = run_result(state.result(raise_on_failure=False))
     if args.json:
         _emit(summary)
     else:
         print_ingest(summary)
     return EXIT_PARTIAL if summary["failed"] else EXIT_OK
+
+
+def run_result(outcome) -> dict:
+    """A flow's JSON result: returned, or carried by the exception of a run that ended
+    Failed after doing its work (:class:`~kbsync.errors.RunEndedFailed`).
+
+    Raises:
+        BaseException: the flow's own error when it failed before a result existed.
+    """
+    if isinstance(outcome, dict):
+        return outcome
+    if isinstance(outcome, RunEndedFailed):
+        return outcome.result
+    raise _as_kbsync_error(outcome)
 
 
 def _as_kbsync_error(error) -> BaseException:

@@ -13,7 +13,6 @@ from contextlib import nullcontext
 
 from kbsync import cli_support
 from kbsync.cli_support import namespace_argument, score_argument, text_argument
-from kbsync.errors import KbsyncError
 
 
 def _k(text: str) -> int:
@@ -104,11 +103,9 @@ def run_eval(args, settings) -> int:
                          modes=modes, report_dir=args.report_dir,
                          regression_margin=args.max_drop, accept_regression=args.accept,
                          return_state=True)
-    data = state.result(raise_on_failure=False)
-    if not isinstance(data, dict):
-        if isinstance(data, BaseException):  # the flow's own exception: main names its kind
-            raise data
-        raise KbsyncError(f"run failed: {data}")
+    from kbsync.cli import run_result
+
+    data = run_result(state.result(raise_on_failure=False))
     if args.json:
         _emit(data)
     else:

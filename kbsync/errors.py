@@ -138,3 +138,30 @@ class OrchestratorUnavailable(TransientError):
 
 class StoreDrift(KbsyncError):
     """The store no longer holds what the state records say (see ``kbsync verify``)."""
+
+
+class RunEndedFailed(KbsyncError):
+    """A run that did its work but ends Failed, carrying its JSON result.
+
+    Prefect resolves a Failed state's data into an exception; a plain dict there
+    made the engine log a fake crash (``dict cannot be resolved into an
+    exception``). The result travels on this exception instead, and pickles with it.
+
+    Attributes:
+        result: the run's JSON result (the ingest summary, the evaluation result).
+    """
+
+    def __init__(self, message: str, result: dict | None = None) -> None:
+        super().__init__(message)
+        self.result = dict(result or {})
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.result))
+
+
+class FilesFailed(RunEndedFailed):
+    """An ingest completed but some files failed (exit 3); ``result`` is the summary."""
+
+
+class RetrievalRegression(RunEndedFailed):
+    """nDCG@10 of a mode dropped past the margin (exit 3); ``result`` is the evaluation."""

@@ -93,7 +93,7 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     failed = evaluate(queries_file=QUERIES, k=5, modes=["dense"], report_dir=str(reports),
                       return_state=True)
     assert failed.is_failed() and "retrieval regression" in failed.message
-    data = failed.result(raise_on_failure=False)
+    data = failed.result(raise_on_failure=False).result  # RetrievalRegression carries it
     assert data["regression"]["passed"] is False
     assert data["regression"]["baseline"] == "better-run"
 

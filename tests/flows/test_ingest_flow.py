@@ -61,7 +61,7 @@ def test_a_failing_file_fails_the_run_but_not_the_others(prefect_api, settings, 
     (share / "broken.pdf").write_bytes(b"%PDF-1.7 this is not really a pdf")
     state = ingest(roots=[str(share)], namespace="flow-fail", return_state=True)
     assert state.is_failed()
-    summary = state.result(raise_on_failure=False)
+    summary = state.result(raise_on_failure=False).result  # FilesFailed carries the summary
     assert summary["added"] == 2 and summary["failed"] == 1
     assert summary["failures"][0]["doc_id"] == "share/broken.pdf"
     assert summary["failures"][0]["error"] == "CorruptDocument"
