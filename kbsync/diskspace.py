@@ -3,8 +3,9 @@ never a SIGBUS.
 
 qdrant-edge-py writes through memory-mapped files. When the file system has no
 block left for a page the engine touches, the kernel kills the process with
-SIGBUS (exit 135): no exception, no message, no chance to clean up. So kbsync
-checks *before* each write that the space the write needs is there.
+SIGBUS (exit 135): no exception, no message, no chance to clean up (seen on a
+20 MiB tmpfs and on a 24 MiB ext4 loop mount alike). So kbsync checks *before*
+each write that the space the write needs is there.
 
 Figures measured with qdrant-edge-py 0.9.0 (tests/ops/test_disk_full.py keeps
 them honest), hash embedder, dimension 384:
@@ -12,7 +13,10 @@ them honest), hash embedder, dimension 384:
 - a stored chunk costs ~10.1 KiB for 1,360 characters of text and 235 sparse
   terms: about 2.1 times its raw size (vector + payload + sparse vector), half
   of it in the write-ahead log until the shard is closed. We budget
-  :data:`ENGINE_FACTOR` (2.5) times the raw size.
+  :data:`ENGINE_FACTOR` (2.5) times the raw size; on a generated mixed share the
+  estimate came out 1.9 times what the engine allocated (7.2 KiB per chunk).
+- usage grows linearly with points, in no steps: new WAL segments (32 MiB) and
+  index pages (4 MiB) are created sparse, costing nothing until written.
 - creating a collection costs ~0.2 MiB on ext4; on tmpfs ~10 MiB (1 MiB per
   null/bool index bitmap and per deleted-flags file, allocated at once).
 - **tmpfs allocates on read**: a read fault on a hole of a shared mapping
@@ -34,6 +38,7 @@ import itertools
 import logging
 import os
 import re
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,6 +91,8 @@ def _existing(path: Path) -> Path:
 def free_bytes(path: Path) -> int:
     """Bytes an unprivileged process may still allocate on ``path``'s file system."""
     st = os.statvfs(_existing(path))
+    if st.f_blocks == 0:  # ramfs and the like report no size: no limit to check against
+        return sys.maxsize
     return st.f_bavail * st.f_frsize
 
 
