@@ -155,6 +155,7 @@ class KnowledgeBase:
         _check_id("namespace", namespace)
         if not text.strip():
             raise UsageError("text is empty")
+        from kbsync.ingest import room_for
         from kbsync.pipeline import DocWork, chunk_stage, embed_stage
         from kbsync.sync import heal_document, write_document
 
@@ -175,10 +176,11 @@ class KnowledgeBase:
                 return _result(source, namespace, "unchanged", previous.chunk_count,
                                partial=False)
             if action is PlanAction.HEAL:
-                state, outcome = heal_document(
-                    source, previous, store=runtime.store, states=runtime.states,
-                    service=runtime.service, collection=runtime.collection,
-                    namespace=namespace, run_id=run_id)
+                with room_for([], runtime, what="healing the document"):  # else DiskFull
+                    state, outcome = heal_document(
+                        source, previous, store=runtime.store, states=runtime.states,
+                        service=runtime.service, collection=runtime.collection,
+                        namespace=namespace, run_id=run_id)
                 return _result(source, namespace, "healed", state.chunk_count, outcome=outcome,
                                partial=state.status is DocStatus.PARTIAL)
             doc_title = title or _title(text, doc_id)
@@ -194,9 +196,10 @@ class KnowledgeBase:
             if embedded.failures:
                 raise EmbeddingOutage(embedded.failures[0].message)
             prepared = embedded.work[0].prepared
-            state = write_document(prepared, store=runtime.store, states=runtime.states,
-                                   collection=runtime.collection, namespace=namespace,
-                                   fingerprint=runtime.fingerprint, run_id=run_id)
+            with room_for(embedded.work, runtime, what="the document"):  # else DiskFull
+                state = write_document(prepared, store=runtime.store, states=runtime.states,
+                                       collection=runtime.collection, namespace=namespace,
+                                       fingerprint=runtime.fingerprint, run_id=run_id)
         counters = embedded.counters
         return AddResult(doc_id=doc_id, namespace=namespace,
                          status="added" if action is PlanAction.NEW else "updated",
