@@ -73,7 +73,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _root_run_started(api: str) -> bool:
-    body = {"flow_runs": {"name": {"like_": "ingest-root"}, "state": {"type": {"any_": ["RUNNING"]}}}}
+    body = {"flow_runs": {"name": {"like_": "ingest-root"},
+                          "state": {"type": {"any_": ["RUNNING"]}}}}
     try:
         return bool(httpx.post(f"{api}/flow_runs/filter", json=body, timeout=5).json())
     except httpx.HTTPError:
