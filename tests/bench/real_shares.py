@@ -39,6 +39,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -157,9 +158,16 @@ def run_ingest(label: str, root: str, home: Path, api_url: str | None, *extra: s
                                 stdout=subprocess.PIPE, stderr=err, text=True)
         watched = psutil.Process(proc.pid)
         peak = 0
-        while proc.poll() is None:
-            peak = max(peak, _tree_rss(watched))
-            time.sleep(0.2)
+        try:
+            while proc.poll() is None:
+                peak = max(peak, _tree_rss(watched))
+                time.sleep(0.2)
+        finally:  # interrupted: the child and its conversion workers go too
+            if proc.poll() is None:
+                for child in watched.children(recursive=True):
+                    child.kill()
+                proc.kill()
+                proc.wait()
         stdout = proc.stdout.read()
     wall = time.perf_counter() - started
     stderr = err_path.read_text(errors="replace")
@@ -317,6 +325,8 @@ def main() -> None:
     unknown = [n for n, _ in names if n not in realshares.SPECS]
     if unknown:
         parser.error(f"unknown shares {unknown}; choose from {sorted(realshares.SPECS)}")
+    # SIGTERM unwinds like Ctrl-C, so the server and the running child are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = args.work or Path(tempfile.mkdtemp(prefix="kbsync-real-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     server, api_url = None, None
