@@ -3,8 +3,9 @@
 Plain core code: it never starts a Prefect server.
 
 - **Modes** (:class:`SearchMode`): ``dense`` (cosine over the dense vectors)
-  and ``hybrid`` (dense + BM25 sparse candidates fused by reciprocal rank
-  fusion inside Qdrant; scores are then RRF scores, not cosines).
+  and ``hybrid`` (the top 100 dense and top 100 BM25 candidates fused by
+  weighted distribution-based score fusion, :mod:`kbsync.fusion`; scores are
+  then fused scores in about ``[0, 1]``, not cosines).
 - **Expansions**: with ``mqe=N`` a chat model writes N rephrasings, with
   ``hyde=True`` a hypothetical answer passage (embedded as a passage); see
   :mod:`kbsync.expand`. Every query text is searched with ``k * 4``
@@ -36,6 +37,7 @@ from typing import Any, Sequence
 
 from kbsync import expand
 from kbsync.errors import KbsyncError
+from kbsync.fusion import FUSION_DEPTH, fuse, fusion_for
 from kbsync.identity import check_query_embedder
 from kbsync.models import SearchHit
 from kbsync.sparse import encode_query
@@ -117,7 +119,7 @@ def search(
         namespace: only this namespace's chunks are considered.
         k: number of results (1..100).
         min_score: drop candidates scoring below it: a cosine similarity in
-            ``dense`` mode, an RRF score (at most ``2 / RRF_K``) in ``hybrid``.
+            ``dense`` mode, a fused score (about 0-1, :mod:`kbsync.fusion`) in ``hybrid``.
         mode: ``hybrid`` (default: it beat dense on data/eval, see README) or
             ``dense``; hybrid needs the collection's sparse vector.
         mqe: number of LLM rephrasings to search as well (0..10).
@@ -212,8 +214,13 @@ def _search_one(probe: _Probe, *, store: VectorStore, service, collection: str,
         vector = service.embed_query(probe.text)
     if mode is SearchMode.DENSE:
         return store.search(collection, vector, limit=limit, flt=flt)
-    return store.hybrid_search(collection, vector, encode_query(probe.text), limit=limit,
-                               flt=flt, candidate_limit=limit)
+    depth = max(limit, FUSION_DEPTH)
+    dense = store.search(collection, vector, limit=depth, flt=flt)
+    sparse_query = encode_query(probe.text)
+    sparse = (store.sparse_search(collection, sparse_query, limit=depth, flt=flt)
+              if sparse_query.indices else [])
+    weights = fusion_for(probe.text, provider=service.provider, model=service.model)
+    return fuse(dense, sparse, weights, limit=limit)
 
 
 def _note(notes: list[str], text: str) -> None:

@@ -96,7 +96,7 @@ def test_shipped_sample_queries_parse_and_name_sample_documents():
 def test_mode_specs():
     modes, options = supported_search()
     assert "dense" in modes
-    assert [s.search_kwargs() for s in parse_modes(["dense"])] == [{}]
+    assert [s.search_kwargs() for s in parse_modes(["dense"])] == [{"mode": "dense"}]
     with pytest.raises(UsageError, match="unknown search mode 'sparse'"):
         parse_modes(["sparse"])
     with pytest.raises(UsageError, match="twice"):
@@ -112,7 +112,7 @@ def test_mode_specs():
             parse_modes(["hybrid"])
     if {"mqe", "hyde"} <= options:
         spec = parse_modes(["dense+mqe2+hyde"])[0]
-        assert spec.search_kwargs() == {"mqe": 2, "hyde": True} and spec.needs_llm
+        assert spec.search_kwargs() == {"mode": "dense", "mqe": 2, "hyde": True} and spec.needs_llm
         assert parse_modes(["dense+mqe"])[0].mqe == 3
     else:
         with pytest.raises(UsageError, match="does not support"):

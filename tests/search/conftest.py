@@ -32,6 +32,14 @@ class RecordingService:
     def dimension(self) -> int:
         return self._service.dimension
 
+    @property
+    def provider(self) -> str:
+        return self._service.provider
+
+    @property
+    def model(self) -> str:
+        return self._service.model
+
     def embed_query(self, text: str) -> list[float]:
         self.queries.append(text)
         return self._service.embed_query(text)

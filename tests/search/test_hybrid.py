@@ -72,8 +72,11 @@ def test_hybrid_handles_chinese_queries(ingested) -> None:
 def test_a_query_with_no_terms_still_searches_dense(ingested) -> None:
     # Only stop words: the sparse query is empty, the fused list is the dense one.
     hybrid = run_search(ingested, "is it the one", k=3, mode="hybrid")
-    dense = run_search(ingested, "is it the one", k=3, mode="dense")
-    assert [h.doc_id for h in hybrid.results] == [h.doc_id for h in dense.results]
+    dense = run_search(ingested, "is it the one", k=20, mode="dense")
+    cosine = {h.doc_id: h.score for h in dense.results}
+    # The FAQ pages tie exactly in dense score, and the engine orders ties its own way:
+    # compare by cosine, not by which of the tied pages came first.
+    assert [cosine[h.doc_id] for h in hybrid.results] == [h.score for h in dense.results[:3]]
 
 
 def test_hybrid_on_a_collection_without_sparse_vectors_explains(runtime) -> None:
