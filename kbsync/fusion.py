@@ -73,10 +73,14 @@ def fusion_for(query: str, *, provider: str, model: str) -> Fusion:
 
 
 def _normalised(points: Sequence[ScoredPoint]) -> dict[str, float]:
-    """Scores mapped by ``[mean - 3 sd, mean + 3 sd] -> [0, 1]`` (one point: 1)."""
+    """Scores mapped by ``[mean - 3 sd, mean + 3 sd] -> [0, 1]`` (one point: 1).
+
+    The mean and spread are those of the best :data:`FUSION_DEPTH` scores, so a
+    deeper search (evaluation asks for 400) ranks its top like a 100-deep one.
+    """
     if not points:
         return {}
-    scores = [p.score for p in points]
+    scores = [p.score for p in points[:FUSION_DEPTH]]
     spread = 6 * statistics.pstdev(scores)
     if spread <= 0:
         return {p.id: 1.0 for p in points}
