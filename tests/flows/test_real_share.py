@@ -6,18 +6,21 @@ with every default (local all-MiniLM-L6-v2 model, thread task runner with 3
 workers, batches of 32 files, isolated conversion): 320 files are 10 batches, so
 several embed tasks share the one model at the same time (issue 11.1: its
 tokenizer was called outside the model lock and the run died with exit 1).
-With the chunk budget fitted to the model (issue 11.5) these pages give ~4
-chunks each, so each batch makes a few 64-text model calls: the model lock
-passes from one batch to a waiting one while the first goes on to its next
-call, which is when an unguarded shared tokenizer is hit. (postgresql-doc-15
-pages give 2-3 times more chunks: too slow for CI.)
+With the chunk budget fitted to the model (issue 11.5) these pages give ~2.3
+chunks each, ~75 per batch, so each batch makes two 64-text model calls: the
+model lock passes to a waiting batch while the first goes on to its next call,
+which is when an unguarded shared tokenizer is hit. This is an end-to-end guard
+and, like any race, probabilistic: with the old count outside the lock it
+failed (a contained ValueError "Unable to create tensor"); the deterministic
+check is tests/embed/test_embed_concurrency.py. (postgresql-doc-15 pages give
+~3 times more chunks: too slow for CI.)
 
 The package is fetched at test time with ``apt-get download`` + ``dpkg-deb -x``
 into a cache outside the repository (tests/realshares.py). The test skips only
 when apt-get/dpkg-deb are missing or it does not run as root; a failed download
 fails it. Since unexpected errors are contained to their documents (issue
 11.2), a race may cost no failure at all, only a logged exception: stderr must
-name no exception type. ~3-4 minutes on 2 idle cores.
+name no exception type. 5-8 minutes on a busy 2-core machine.
 """
 
 from __future__ import annotations
