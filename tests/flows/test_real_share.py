@@ -20,7 +20,7 @@ into a cache outside the repository (tests/realshares.py). The test skips only
 when apt-get/dpkg-deb are missing or it does not run as root; a failed download
 fails it. Since unexpected errors are contained to their documents (issue
 11.2), a race may cost no failure at all, only a logged exception: stderr must
-name no exception type. 5-8 minutes on a busy 2-core machine.
+name no exception type. 3-8 minutes on a shared 2-core machine.
 """
 
 from __future__ import annotations
