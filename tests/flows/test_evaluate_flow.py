@@ -53,7 +53,11 @@ def sample_kb(settings, tmp_path):
 
 
 def _cli_args(*argv: str) -> argparse.Namespace:
-    from kbsync import cli_query
+    from kbsync import cli_query, cli_support
+
+    # `kbsync` prints one JSON object per process and main() resets that per command;
+    # these tests call the command function directly, so reset it here.
+    cli_support.reset_emitted()
 
     parser = argparse.ArgumentParser()
     cli_query.register(parser.add_subparsers(dest="command"))
