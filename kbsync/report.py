@@ -29,18 +29,32 @@ def summary_markdown(summary: dict) -> str:
     read together.
     """
     state = "with failures" if summary["failed"] else "ok"
-    lines = [f"# kbsync ingest: {summary['namespace']} ({state})", "",
+    title = "kbsync dry run (would do, nothing written)" if summary["dry_run"] \
+        else "kbsync ingest"
+    lines = [f"# {title}: {summary['namespace']} ({state})", "",
              f"run `{summary['run_id']}`, mode `{summary['mode']}`, "
              f"dry run: {summary['dry_run']}, roots: {', '.join(summary.get('roots', []))}", "",
              "| metric | value |", "|---|---|"]
     lines += [f"| {name} | {summary[name]} |" for name in shown_fields(summary)]
     if summary["failures"]:
-        lines += ["", "## Failures", "", "| doc_id | error | message |", "|---|---|---|"]
-        lines += [f"| {_cell(f['doc_id'])} | {f['error']} | {_cell(f['message'])} |"
+        key = artifact_key("kbsync-ingest-failures", summary["namespace"])
+        lines += ["", "## Failures", "", f"All of them, with paths: the table artifact `{key}`.",
+                  "", "| doc_id | error | message |", "|---|---|---|"]
+        lines += [f"| {_cell(f['doc_id'])} | {f['error']} | {_cell(short_message(f))} |"
                   for f in summary["failures"][:200]]
     if summary.get("warnings"):
         lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in summary["warnings"][:100]]
     return "\n".join(lines) + "\n"
+
+
+def short_message(failure: dict, limit: int = 160) -> str:
+    """A failure's message without the file's path (its doc_id says which file), cut to
+    ``limit`` characters."""
+    message = str(failure.get("message", ""))
+    for path in {failure.get("path"), failure.get("doc_id")} - {None, ""}:
+        message = message.replace(f"{path}: ", "").replace(str(path), "<file>")
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[:limit - 1] + "…"
 
 
 def _cell(text: str) -> str:

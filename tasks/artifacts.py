@@ -7,20 +7,27 @@ from uuid import UUID
 from prefect.artifacts import (create_markdown_artifact, create_progress_artifact,
                                create_table_artifact, update_progress_artifact)
 
-from kbsync.report import artifact_key, summary_markdown
+from kbsync.report import artifact_key, short_message, summary_markdown
 
 
 def publish_summary(summary: dict) -> None:
-    """Markdown summary (stable key per namespace: history across runs) and failures table."""
+    """Markdown summary and failures table, each under a stable key per namespace
+    (history across runs).
+
+    The failures table is written on every run, empty after a clean one, so an old
+    failure never stands beside a new "(ok)". Dry runs have keys of their own: their
+    counts mean "would do".
+    """
     ns = summary["namespace"]
-    create_markdown_artifact(key=artifact_key("kbsync-ingest", ns),
-                             markdown=summary_markdown(summary),
-                             description=f"kbsync ingest summary for namespace {ns}")
-    if summary["failures"]:
-        rows = [{"path": f["path"], "doc_id": f["doc_id"], "error": f["error"],
-                 "message": f["message"]} for f in summary["failures"]]
-        create_table_artifact(key=artifact_key("kbsync-ingest-failures", ns), table=rows,
-                              description=f"files that failed in namespace {ns}")
+    prefix = "kbsync-dry-run" if summary["dry_run"] else "kbsync-ingest"
+    what = "dry run (would do)" if summary["dry_run"] else "ingest"
+    create_markdown_artifact(key=artifact_key(prefix, ns), markdown=summary_markdown(summary),
+                             description=f"kbsync {what} summary for namespace {ns}")
+    rows = [{"path": f["path"], "doc_id": f["doc_id"], "error": f["error"],
+             "message": short_message(f)} for f in summary["failures"]]
+    create_table_artifact(key=artifact_key(f"{prefix}-failures", ns), table=rows,
+                          description=f"files that failed in the {what} of namespace {ns} "
+                                      f"({len(summary['failures'])}; empty: none)")
 
 
 def start_progress(root_name: str) -> UUID | None:

@@ -95,3 +95,25 @@ def test_dask_task_runner_gives_the_same_result(prefect_api, settings, tmp_path,
     assert summary["added"] == summary["files_seen"] == 40 and summary["failed"] == 0
     again = ingest(roots=[str(share)], namespace="dask")
     assert again["unchanged"] == 40 and again["embeddings_computed"] == 0
+
+
+def test_failures_artifact_is_emptied_by_a_clean_run_and_dry_runs_keep_their_own_keys(
+        prefect_api, settings, tmp_path):
+    share = tmp_path / "share"
+    write_tree(share, {"good.md": "# Good\n\nFine text."})
+    broken = share / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.7 this is not really a pdf")
+    assert ingest(roots=[str(share)], namespace="art", return_state=True).is_failed()
+    failures_key = artifact_key("kbsync-ingest-failures", "art")
+    (first,) = _artifacts(failures_key)
+    assert "broken.pdf" in str(first.data) and str(broken) + ":" not in str(first.data)
+    broken.unlink()
+    dry = ingest(roots=[str(share)], namespace="art", dry_run=True)
+    assert dry["dry_run"] is True
+    assert _artifacts(artifact_key("kbsync-dry-run", "art"))
+    assert len(_artifacts(failures_key)) == 1  # the dry run did not touch the sync history
+    ingest(roots=[str(share)], namespace="art")
+    latest = max(_artifacts(failures_key), key=lambda a: a.created)
+    assert latest.data in ([], "[]")  # clean run: the old failure no longer stands
+    summary = max(_artifacts(artifact_key("kbsync-ingest", "art")), key=lambda a: a.created)
+    assert "(ok)" in summary.data
