@@ -8,8 +8,6 @@ stored one. Core paths run on both adapters; the CLI is covered by
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,23 +26,7 @@ from kbsync.sparse import SPARSE_VERSION
 from kbsync.state import META_KEY, StateStore
 from kbsync.stats import collect_stats
 from kbsync.store.base import Filter
-from kbsync.store.server import ServerStore
 
-
-@pytest.fixture(params=["edge", "local"])
-def adapter_runtime(request, runtime):
-    """The hash-embedder runtime on the embedded engine, or on qdrant-client local mode."""
-    if request.param == "edge":
-        yield runtime
-        return
-    folder = Path(tempfile.mkdtemp(prefix="kbsync-embedder-"))
-    store = ServerStore.local(folder)
-    try:
-        yield replace(runtime, store=store,
-                      states=StateStore(store, runtime.settings.state_collection))
-    finally:
-        store.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -9,9 +9,6 @@ through ``run_plain`` on both adapters; the flow and the CLI are covered by
 from __future__ import annotations
 
 import shutil
-import tempfile
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -21,26 +18,10 @@ from kbsync.errors import RootConflict, UsageError
 from kbsync.identity import ROOT_BINDING
 from kbsync.ingest import run_plain
 from kbsync.models import SyncMode
-from kbsync.state import META_KEY, StateStore
+from kbsync.state import META_KEY
 from kbsync.stats import collect_stats
 from kbsync.store.base import Filter
-from kbsync.store.server import ServerStore
 
-
-@pytest.fixture(params=["edge", "local"])
-def adapter_runtime(request, runtime):
-    """The hash-embedder runtime on the embedded engine, or on qdrant-client local mode."""
-    if request.param == "edge":
-        yield runtime
-        return
-    folder = Path(tempfile.mkdtemp(prefix="kbsync-roots-"))
-    store = ServerStore.local(folder)
-    try:
-        yield replace(runtime, store=store,
-                      states=StateStore(store, runtime.settings.state_collection))
-    finally:
-        store.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _files(names, tag: str) -> dict[str, str]:

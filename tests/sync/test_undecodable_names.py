@@ -11,20 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
-import pytest
 
 from kbtest import write_tree
 from kbsync.discover import local_root, parse_root, root_parameter
 from kbsync.ingest import run_plain
 from kbsync.search import search
-from kbsync.state import StateStore
 from kbsync.store.base import Filter
-from kbsync.store.server import ServerStore
 
 LATIN1 = b"lat\xe9in1.md"  # "latéin1.md" in Latin-1: not valid UTF-8
 STRAY = b"notes\xff.txt"  # no heading: its title comes from the file name
@@ -39,21 +33,6 @@ def _make_share(root: Path) -> Path:
         fh.write("Notes without a heading, about plums.\n")
     return root
 
-
-@pytest.fixture(params=["edge", "local"])
-def adapter_runtime(request, runtime):
-    """The hash-embedder runtime on the embedded engine, or on qdrant-client local mode."""
-    if request.param == "edge":
-        yield runtime
-        return
-    folder = Path(tempfile.mkdtemp(prefix="kbsync-names-"))
-    store = ServerStore.local(folder)
-    try:
-        yield replace(runtime, store=store,
-                      states=StateStore(store, runtime.settings.state_collection))
-    finally:
-        store.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(runtime, share: Path) -> dict:
