@@ -6,31 +6,15 @@ don't each start a temporary one. The first test uses the default local model.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from kbtest import SAMPLE
+from kbtest import SAMPLE, cli_env, run_kbsync
 
-KBSYNC = str(Path(sys.executable).with_name("kbsync"))
-
-
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
-    return env
-
-
-def kbsync(env, *args: str) -> tuple[int, dict | None, str]:
-    proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
-    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
-    return proc.returncode, data, proc.stderr
+_env = cli_env
+kbsync = run_kbsync
 
 
 @pytest.mark.slow

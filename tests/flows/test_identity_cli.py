@@ -4,30 +4,18 @@ command and the ingest flow on the session's Prefect test server."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from kbtest import write_tree
-
-KBSYNC = str(Path(sys.executable).with_name("kbsync"))
-
+from kbtest import cli_env, run_kbsync, write_tree
 
 def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_CONVERT_ISOLATION="false", **extra)
-    return env
+    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
+                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
 
 
-def kbsync(env, *args: str) -> tuple[int, dict | None, str]:
-    proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
-    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
-    return proc.returncode, data, proc.stderr
+kbsync = run_kbsync
 
 
 def _one_line_error(err: str) -> str:

@@ -7,28 +7,17 @@ documents (``repaired``, a warning) and ``verify`` exits 0 again.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from kbtest import write_tree
+from kbtest import cli_env, run_kbsync, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
-    return env
-
-
-def kbsync(env, *args: str) -> tuple[int, dict | None, str]:
-    proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
-    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
-    return proc.returncode, data, proc.stderr
+_env = cli_env
+kbsync = run_kbsync
 
 
 DOCS = {f"d{i}.md": f"# Doc {i}\n\nBody text number {i} about topic-{i}." for i in range(8)}
