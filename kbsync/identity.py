@@ -27,13 +27,12 @@ missing (callers skip it on dry runs).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from kbsync.errors import EmbedderMismatch, RootConflict
-from kbsync.models import RootSpec
+from kbsync.models import RootSpec, display_path
 from kbsync.sparse import SPARSE_VERSION
 from kbsync.state import StateStore, utc_now
 
@@ -46,11 +45,6 @@ REBIND_HINT = "--rebind (flow parameter rebind=true)"
 CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's, or "
                      "build a new collection with KBSYNC_COLLECTION=<new name> and ingest "
                      "there (README, Sync semantics: embedder identity)")
-
-
-def _text(path: Path | str) -> str:
-    """A path as valid UTF-8 (undecodable bytes as ``\\xNN``, as in doc_ids)."""
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
 
 
 # -- embedder identity ------------------------------------------------------------------------
@@ -142,12 +136,12 @@ def check_roots(roots: Sequence[RootSpec], *, home: Path) -> None:
             raise RootConflict(f"root name {spec.name} is reserved for kbsync.api texts; "
                                f"choose another with NAME=PATH")
         if spec.name in seen:
-            raise RootConflict(f"two roots are named {spec.name} ({_text(seen[spec.name].path)}"
-                               f" and {_text(spec.path)}); use NAME=PATH to tell them apart")
+            raise RootConflict(f"two roots are named {spec.name} ({display_path(seen[spec.name].path)}"
+                               f" and {display_path(spec.path)}); use NAME=PATH to tell them apart")
         seen[spec.name] = spec
         if home == spec.path or spec.path in home.parents:
             raise RootConflict(
-                f"root {spec.name} ({_text(spec.path)}) contains KBSYNC_HOME ({_text(home)}): "
+                f"root {spec.name} ({display_path(spec.path)}) contains KBSYNC_HOME ({display_path(home)}): "
                 "kbsync would index its own store; sync a folder that does not hold it, or "
                 "move KBSYNC_HOME out of the share")
     for i, first in enumerate(roots):
@@ -155,8 +149,8 @@ def check_roots(roots: Sequence[RootSpec], *, home: Path) -> None:
             inner, outer = sorted((first, second), key=lambda s: len(s.path.parts), reverse=True)
             if inner.path == outer.path or outer.path in inner.path.parents:
                 raise RootConflict(
-                    f"roots {outer.name} ({_text(outer.path)}) and {inner.name} "
-                    f"({_text(inner.path)}) overlap: their files would be indexed twice under "
+                    f"roots {outer.name} ({display_path(outer.path)}) and {inner.name} "
+                    f"({display_path(inner.path)}) overlap: their files would be indexed twice under "
                     "two names; sync one of them")
 
 
@@ -219,7 +213,7 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
                 f"built with another one, {CHANGE_MODEL_HINT}")
     bound = _bindings(states, namespace) if roots else {}
     for spec in roots:
-        path = _text(spec.path)
+        path = display_path(spec.path)
         previous, legacy = bound.get(spec.name), False
         if previous is None:
             previous, legacy = _legacy_path(states, namespace, spec.name), True
