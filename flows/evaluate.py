@@ -1,7 +1,7 @@
 """The ``evaluate`` flow: labelled queries -> search per mode -> metrics, reports, gate.
 
-The flow only arranges tasks; the work lives in :mod:`kbsync.evaluate` and
-:mod:`kbsync.eval_report`. It ends Failed (returning the JSON result as the
+The flow only arranges tasks; the work lives in :mod:`kbsync.eval.run` and
+:mod:`kbsync.eval.report`. It ends Failed (returning the JSON result as the
 state's data, like ``ingest``) when the regression gate trips: nDCG@10 of a
 mode dropped by more than ``regression_margin`` against the baseline run.
 """
@@ -15,8 +15,8 @@ from prefect.states import Failed
 from pydantic import Field
 
 from kbsync.errors import RetrievalRegression
-from kbsync.eval_report import gate_message
-from kbsync.evaluate import build_result, check_k, llm_for, parse_modes
+from kbsync.eval.report import gate_message
+from kbsync.eval.run import build_result, check_k, llm_for, parse_modes
 from kbsync.settings import Settings
 from tasks import eval_tasks as t
 from tasks.resources import release, runtime_for

@@ -19,12 +19,12 @@ from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from kbsync.discover import iter_batches, local_root, parse_root, root_parameter
+from kbsync.ingest.discover import iter_batches, local_root, parse_root, root_parameter
 from kbsync.errors import EmbeddingOutage, FilesFailed, UsageError
-from kbsync.ingest import (DeleteGuard, IngestSummary, account_dry_run, account_plan,
-                           account_repaired, account_stage, new_run_id)
+from kbsync.ingest.plan import DeleteGuard
+from kbsync.ingest.summary import IngestSummary, account_dry_run, account_plan, account_repaired, account_stage, new_run_id
 from kbsync.models import PlanAction, SyncMode
-from kbsync.run_counts import attach, keep_counts
+from kbsync.ingest.run_counts import attach, keep_counts
 from kbsync.settings import Settings
 from tasks import ingest_tasks as t
 from tasks.locking import run_lock
@@ -45,7 +45,7 @@ def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force
     """One root: plan, then batches through the four stages, then deletions.
 
     The plan also reprocesses documents whose points no longer match their state
-    (``kbsync.verify.check_root``), counted in ``repaired``.
+    (``kbsync.ingest.verify.check_root``), counted in ``repaired``.
     """
     logger = get_run_logger()
     settings = Settings()

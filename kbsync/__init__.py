@@ -10,15 +10,15 @@ The public search API::
 
 ``kbsync.search(...)`` opens what it is not given (settings from ``KBSYNC_*``,
 the store, the embedding model, the chat model for ``mqe``/``hyde``) and
-returns a typed :class:`SearchResult`; see :func:`kbsync.search.search_kb`.
-``kbsync.search`` is also the module (``kbsync.search.search`` takes an open
+returns a typed :class:`SearchResult`; see :func:`kbsync.query.search.search_kb`.
+``kbsync.search`` is also that module (``kbsync.search.search`` takes an open
 store and service, for repeated searches). Importing kbsync loads no engine
 and no model; the heavy imports happen on first use.
 """
 
 from __future__ import annotations
 
-from kbsync import search  # noqa: F401 - the module is callable (see its last lines)
-from kbsync.search import SearchMode, SearchResult, citation, search_kb
+from kbsync.query import search  # noqa: F401 - the module is callable (see its last lines)
+from kbsync.query.search import SearchMode, SearchResult, citation, search_kb
 
 __all__ = ["SearchMode", "SearchResult", "citation", "search", "search_kb"]

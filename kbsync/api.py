@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kbsync.errors import EmbeddingOutage, EmptyDocument, UsageError
-from kbsync.identity import check_run, record_run
-from kbsync.lock import ingest_lock_path, write_lock
+from kbsync.ingest.identity import check_run, record_run
+from kbsync.ingest.lock import ingest_lock_path, write_lock
 from kbsync.models import DocStatus, Document, PlanAction, SourceFile
 from kbsync.settings import Settings
-from kbsync.state import PlanItem
+from kbsync.ingest.state import PlanItem
 from kbsync.store.base import Filter
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class KnowledgeBase:
             self._runtime = None
 
     def _open(self, *, embed: bool):
-        from kbsync.runtime import Runtime
+        from kbsync.app.runtime import Runtime
 
         if self._runtime is None:
             self._runtime = Runtime.open(self.settings, with_embedder=embed)
@@ -155,9 +155,9 @@ class KnowledgeBase:
         _check_id("namespace", namespace)
         if not text.strip():
             raise UsageError("text is empty")
-        from kbsync.ingest import room_for
-        from kbsync.pipeline import DocWork, chunk_stage, embed_stage
-        from kbsync.sync import heal_document, write_document
+        from kbsync.ingest.room import room_for
+        from kbsync.ingest.stages import DocWork, chunk_stage, embed_stage
+        from kbsync.ingest.write import heal_document, write_document
 
         runtime = self._open(embed=True)
         data = text.encode("utf-8")
@@ -212,12 +212,12 @@ class KnowledgeBase:
 
     def search(self, query: str, namespace: str = "default", *, k: int = 5,
                min_score: float | None = None, **options: Any):
-        """Search one namespace; ``options`` go to :func:`kbsync.search.search` (mode, mqe...).
+        """Search one namespace; ``options`` go to :func:`kbsync.query.search.search` (mode, mqe...).
 
         Returns:
-            :class:`kbsync.search.SearchResult`.
+            :class:`kbsync.query.search.SearchResult`.
         """
-        from kbsync.search import search
+        from kbsync.query.search import search
 
         runtime = self._open(embed=True)
         return search(query, store=runtime.store, service=runtime.service,
@@ -229,12 +229,12 @@ class KnowledgeBase:
         """Answer from the namespace's best chunks with ``[n]`` citations.
 
         Args:
-            min_score: relevance threshold; ``None`` uses :data:`kbsync.answer.DEFAULT_MIN_SCORE`.
+            min_score: relevance threshold; ``None`` uses :data:`kbsync.query.answer.DEFAULT_MIN_SCORE`.
             llm: a chat model; default: the configured ``KBSYNC_LLM_*`` one.
         Returns:
-            :class:`kbsync.answer.Answer`.
+            :class:`kbsync.query.answer.Answer`.
         """
-        from kbsync.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
+        from kbsync.query.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
 
         model = llm if llm is not None else build_chat_client(self.settings)
         runtime = self._open(embed=True)
@@ -244,7 +244,7 @@ class KnowledgeBase:
 
     def stats(self, namespace: str | None = None) -> Stats:
         """Documents, chunks and failed embeddings per namespace (loads no model)."""
-        from kbsync.stats import collect_stats
+        from kbsync.query.stats import collect_stats
 
         runtime = self._open(embed=False)
         return Stats(**collect_stats(runtime.store, self.settings, namespace))
@@ -257,7 +257,7 @@ class KnowledgeBase:
         """
         _check_id("doc_id", doc_id)
         _check_id("namespace", namespace)
-        from kbsync.sync import delete_documents
+        from kbsync.ingest.write import delete_documents
 
         runtime = self._open(embed=False)
         with self._lock(namespace):
@@ -280,7 +280,7 @@ def _check_id(name: str, value: str) -> None:
 
 
 def _action(previous, content_hash: str | None, fingerprint: str) -> PlanAction:
-    """The plan rule of :func:`kbsync.state.plan_files`, for a text whose hash is known."""
+    """The plan rule of :func:`kbsync.ingest.state.plan_files`, for a text whose hash is known."""
     if previous is None:
         return PlanAction.NEW
     if previous.fingerprint == fingerprint and previous.content_hash == content_hash:

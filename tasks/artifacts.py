@@ -7,7 +7,7 @@ from uuid import UUID
 from prefect.artifacts import (create_markdown_artifact, create_progress_artifact,
                                create_table_artifact, update_progress_artifact)
 
-from kbsync.report import artifact_key, short_message, summary_markdown
+from kbsync.ingest.report import artifact_key, short_message, summary_markdown
 
 
 def publish_summary(summary: dict) -> None:

@@ -1,4 +1,4 @@
-"""The evaluation steps as Prefect tasks: thin wrappers over :mod:`kbsync.evaluate`.
+"""The evaluation steps as Prefect tasks: thin wrappers over :mod:`kbsync.eval.run`.
 
 One task per retrieval mode, run one after the other so each mode's latency
 is measured without the others competing for the CPU. Searching writes
@@ -11,10 +11,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from kbsync import evaluate as ev
+from kbsync.eval import run as ev
 from kbsync.errors import TransientError
-from kbsync.eval_report import summary_markdown, table_rows, write_report
-from kbsync.report import artifact_key
+from kbsync.eval.report import summary_markdown, table_rows, write_report
+from kbsync.ingest.report import artifact_key
 from kbsync.settings import Settings
 from tasks.resources import runtime_for
 

@@ -1,6 +1,6 @@
 """The ingest stages as Prefect tasks, one task run per batch of files.
 
-Each task is a thin wrapper over a :mod:`kbsync.pipeline` function; per-file
+Each task is a thin wrapper over a :mod:`kbsync.ingest.stages` function; per-file
 errors, unexpected exceptions included (as ``InternalError``), are already
 captured there, so a task fails only for a run-level problem
 (``pipeline.RUN_LEVEL_ERRORS``). Transient errors (store unavailable, lock held)
@@ -15,12 +15,18 @@ from typing import Sequence
 from prefect import task
 from prefect.cache_policies import NONE
 
-from kbsync import identity, ingest, pipeline, verify
+from kbsync.ingest import plan as ingest_plan, room
+
+from kbsync.ingest import identity
+
+from kbsync.ingest import stages as pipeline
+
+from kbsync.ingest import verify
 from kbsync.errors import TransientError
-from kbsync.ingest import DeleteGuard, RootPlan
+from kbsync.ingest.plan import DeleteGuard, RootPlan
 from kbsync.models import RootSpec, SyncMode
 from kbsync.settings import Settings
-from kbsync.state import PlanItem
+from kbsync.ingest.state import PlanItem
 from tasks.resources import runtime_for
 
 
@@ -49,7 +55,7 @@ def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncM
     whose points no longer match their record are planned for repair."""
     runtime = runtime_for(settings)
     runtime.ensure_collection()
-    return ingest.plan_root(root, runtime=runtime, namespace=namespace, mode=mode, force=force,
+    return ingest_plan.plan_root(root, runtime=runtime, namespace=namespace, mode=mode, force=force,
                             include=include, exclude=exclude, guard=guard)
 
 
@@ -78,7 +84,7 @@ def embed_batch(chunked: pipeline.StageResult, settings: Settings) -> pipeline.S
 def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespace: str,
                  run_id: str) -> pipeline.StageResult:
     """Upsert, delete stale points, then commit state, document by document."""
-    return ingest.write_batch(embedded.work, runtime=runtime_for(settings),
+    return room.write_batch(embedded.work, runtime=runtime_for(settings),
                               namespace=namespace, run_id=run_id)
 
 
@@ -87,7 +93,7 @@ def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespac
 def heal_batch(items: list[PlanItem], settings: Settings, *, namespace: str,
                run_id: str) -> pipeline.StageResult:
     """Re-embed the zero-vector chunks of unchanged partial documents."""
-    return ingest.heal_batch(items, runtime=runtime_for(settings), namespace=namespace,
+    return room.heal_batch(items, runtime=runtime_for(settings), namespace=namespace,
                              run_id=run_id)
 
 
@@ -96,15 +102,15 @@ def heal_batch(items: list[PlanItem], settings: Settings, *, namespace: str,
 def finish_root(rp: RootPlan, settings: Settings, *, namespace: str) -> int:
     """Refresh unchanged files' stat records; in full mode delete missing documents."""
     runtime = runtime_for(settings)
-    ingest.finish_unchanged(rp, runtime)
-    return ingest.delete_missing(rp, runtime, namespace)
+    room.finish_unchanged(rp, runtime)
+    return room.delete_missing(rp, runtime, namespace)
 
 
 @task(name="preflight", tags=["kbsync", "plan"], **COMMON)
 def preflight_root(root: RootSpec, settings: Settings, *, namespace: str,
                    include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> int:
     """Full mode's mass-delete guard for one root, before any root is written."""
-    return ingest.preflight_root(root, runtime=runtime_for(settings), namespace=namespace,
+    return ingest_plan.preflight_root(root, runtime=runtime_for(settings), namespace=namespace,
                                  include=include, exclude=exclude, guard=guard)
 
 

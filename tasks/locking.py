@@ -1,6 +1,6 @@
 """The run-wide write lock, chosen by where the store lives.
 
-- Embedded store (one machine): a lock file beside it (:mod:`kbsync.lock`).
+- Embedded store (one machine): a lock file beside it (:mod:`kbsync.ingest.lock`).
 - Qdrant server (workers on several machines): a Prefect global concurrency
   limit of 1 per (collection, namespace), created on first use, so runs on
   different machines queue behind each other; the file lock is taken as well,
@@ -21,7 +21,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.exceptions import MissingContextError, ObjectNotFound
 
 from kbsync.errors import LockHeld
-from kbsync.lock import ingest_lock
+from kbsync.ingest.lock import ingest_lock
 from kbsync.settings import Settings
 
 

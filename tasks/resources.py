@@ -10,7 +10,7 @@ import atexit
 import json
 import threading
 
-from kbsync.runtime import Runtime
+from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings
 
 _lock = threading.Lock()

@@ -28,7 +28,7 @@ def settings(tmp_path, monkeypatch):
 
 @pytest.fixture
 def runtime(settings):
-    from kbsync.runtime import Runtime
+    from kbsync.app.runtime import Runtime
 
     rt = Runtime.open(settings)
     yield rt

@@ -13,7 +13,7 @@ from kbsync.embed.base import EmbeddingProvider, TextKind
 from kbsync.embed.bisect import InputRejected
 from kbsync.embed.cache import EmbeddingCache, cache_key
 from kbsync.embed.hash import HashEmbedder
-from kbsync.embed.pipeline import BatchResult, BatchTooLarge, EmbeddingService, EmbedOutcome
+from kbsync.embed.service import BatchResult, BatchTooLarge, EmbeddingService, EmbedOutcome
 from kbsync.errors import UsageError
 from kbsync.settings import DEFAULT_HASH_DIMENSION, EmbedProvider, Settings
 

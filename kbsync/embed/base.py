@@ -1,7 +1,7 @@
 """The embedding provider interface.
 
 A provider turns texts into vectors and nothing more: batching, caching,
-retries and fallback live in :mod:`kbsync.embed.pipeline` so every provider
+retries and fallback live in :mod:`kbsync.embed.service` so every provider
 gets them the same way.
 """
 

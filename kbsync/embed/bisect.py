@@ -64,7 +64,7 @@ def bisect_batch(
     Args:
         texts: the batch that failed (at least one text).
         call: one request, no retries: texts -> an object with ``vectors`` and
-            ``truncated`` (a :class:`~kbsync.embed.pipeline.BatchResult`).
+            ``truncated`` (a :class:`~kbsync.embed.service.BatchResult`).
         budget: most requests to spend.
         accepted: True once the endpoint has accepted any request.
 

@@ -14,7 +14,7 @@ from collections import Counter
 from functools import lru_cache
 from typing import Sequence
 
-from kbsync.cjk import CJK_WORD_CHARS
+from kbsync.text.cjk import CJK_WORD_CHARS
 from kbsync.embed.base import TextKind
 
 # CJK ideographs, kana, hangul, CJK punctuation excluded: they have no spaces

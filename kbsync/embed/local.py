@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kbsync.embed.base import TextKind
-from kbsync.embed.pipeline import BatchResult
+from kbsync.embed.service import BatchResult
 from kbsync.errors import EmbeddingPermanentError, UsageError
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class PieceCounter:
 
 @dataclass(frozen=True)
 class ModelInputFit:
-    """A model's input limit for the chunker (:class:`kbsync.chunk.InputFit`).
+    """A model's input limit for the chunker (:class:`kbsync.text.chunk.InputFit`).
 
     The first :meth:`count` loads the model (it is needed to embed next anyway),
     so counts are exactly what the model reads. Picklable (Dask workers).

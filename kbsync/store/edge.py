@@ -36,10 +36,10 @@ from typing import Any, Iterator, Sequence
 
 import qdrant_edge as qe
 
-from kbsync import diskspace
+from kbsync.store import diskspace
 from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
                            StoreUnavailable)
-from kbsync.store import _convert as cv
+from kbsync.store import validate as cv
 from kbsync.store import edge_query as eq
 from kbsync.store.base import DENSE, Filter, Point, ScoredPoint, SparseVec
 from kbsync.store.edge_query import errors as _errors
@@ -222,7 +222,7 @@ class EdgeStore:
 
         Raises:
             StoreError: the collection does not exist.
-            DimensionMismatch, InvalidVector, UsageError: see ``_convert.validate_points``.
+            DimensionMismatch, InvalidVector, UsageError: see ``validate.validate_points``.
         """
         handle = self._require(name)
         valid = cv.validate_points(points, handle.dimension)

@@ -28,7 +28,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from kbsync.errors import DimensionMismatch, DiskFull, KbsyncError, StoreError, StoreUnavailable
-from kbsync.store import _convert as cv
+from kbsync.store import validate as cv
 from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Match, Scalar, ScoredPoint, SparseVec
 
 CONFIG_FILE = "edge_config.json"
@@ -142,7 +142,7 @@ def edge_point(point: cv.ValidPoint) -> Any:
 
 
 def check_sparse_query(sparse: SparseVec) -> SparseVec:
-    """Validate a sparse query vector (see :func:`_convert.check_sparse`)."""
+    """Validate a sparse query vector (see :func:`validate.check_sparse`)."""
     return cv.check_sparse(sparse, what="sparse query")
 
 

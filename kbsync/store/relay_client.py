@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import kbsync.errors as errors
 from kbsync.errors import KbsyncError, StoreError, StoreUnavailable
-from kbsync.store import _convert as cv
+from kbsync.store import validate as cv
 from kbsync.store import relay
 from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
 

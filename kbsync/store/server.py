@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 from qdrant_client import QdrantClient, models
 
 from kbsync.errors import DimensionMismatch, StoreError, StoreUnavailable
-from kbsync.store import _convert as cv
+from kbsync.store import validate as cv
 from kbsync.store import server_query as sq
 from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Point, ScoredPoint, SparseVec
 from kbsync.store.server_query import to_client_filter
@@ -213,7 +213,7 @@ class ServerStore:
 
         Raises:
             StoreError: the collection does not exist.
-            DimensionMismatch, InvalidVector, UsageError: see ``_convert.validate_points``.
+            DimensionMismatch, InvalidVector, UsageError: see ``validate.validate_points``.
         """
         valid = cv.validate_points(points, self._dimension_or_raise(name))
         if not self._sparse.get(name) and any(p.sparse is not None for p in valid):

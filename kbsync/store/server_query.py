@@ -18,7 +18,7 @@ from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
-from kbsync.store import _convert as cv
+from kbsync.store import validate as cv
 from kbsync.store.base import DENSE, SPARSE, Filter, Match, ScoredPoint
 
 

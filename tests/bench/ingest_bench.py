@@ -5,7 +5,7 @@
 Generates a share of ``--files`` mixed files (tests/bench/share_gen.py), then in
 one run, each in its own fresh process and KBSYNC_HOME, with the ``hash``
 provider:
-- ``plain``: kbsync.ingest.run_plain (no Prefect at all);
+- ``plain``: kbsync.ingest.runner.run_plain (no Prefect at all);
 - ``flow``: the ``ingest`` flow under a local Prefect test server (server start-up
   is excluded from the timing, as with a long-running server).
 Prints files/s, chunks/s, peak RSS and the flow/plain wall-time ratio.
@@ -30,11 +30,11 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 def _child(kind: str, share: str) -> None:
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from kbsync.discover import parse_root
+    from kbsync.ingest.discover import parse_root
 
     if kind == "plain":
-        from kbsync.ingest import run_plain
-        from kbsync.runtime import Runtime
+        from kbsync.ingest.runner import run_plain
+        from kbsync.app.runtime import Runtime
         from kbsync.settings import Settings
 
         runtime = Runtime.open(Settings())

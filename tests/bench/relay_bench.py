@@ -43,7 +43,7 @@ WORDS = ("vector store chunk document policy invoice contract section table figu
 
 
 def _points(rng: np.random.Generator, count: int, start: int = 0) -> list:
-    from kbsync.sparse import encode_document
+    from kbsync.text.sparse import encode_document
     from kbsync.store.base import Point
 
     vectors = rng.normal(size=(count, DIM)).astype(np.float32)
@@ -79,9 +79,9 @@ def _load(store, points: int):
 def child(home: Path, points: int) -> None:
     """Commands on stdin: ``write`` (upsert 20k points, print seconds), ``ingest SHARE``
     (plain ingest, print seconds), ``quit``. Opens the store as the ingest flow does."""
-    from kbsync.discover import parse_root
-    from kbsync.ingest import run_plain
-    from kbsync.runtime import Runtime
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+    from kbsync.app.runtime import Runtime
     from kbsync.settings import Settings
 
     runtime = Runtime.open(Settings(home=home, embed_provider="hash", convert_isolation=False,
@@ -107,7 +107,7 @@ def child(home: Path, points: int) -> None:
 
 # --- parent: reads -------------------------------------------------------------------------
 def _queries(count: int) -> list:
-    from kbsync.sparse import encode_query
+    from kbsync.text.sparse import encode_query
 
     rng = np.random.default_rng(3)
     qs = rng.normal(size=(count, DIM)).astype(np.float32)

@@ -6,7 +6,7 @@
 
 For each set (``data/eval/en_rfaq_git.jsonl`` over the ``en`` share,
 ``data/eval/zh_manpages.jsonl`` over ``zh``) and each embedder, the share is ingested
-with the plain loop (kbsync.ingest.run_plain; the store is kept under ``--work`` and
+with the plain loop (kbsync.ingest.runner.run_plain; the store is kept under ``--work`` and
 re-used when the settings are the same, so a second run only re-evaluates), then
 every query is searched in each mode. ``bm25`` is the sparse half alone (a plain
 BM25 baseline over the same chunks). Prints nDCG@10, hit@10, MRR and p50 latency
@@ -43,7 +43,7 @@ def _settings(home: Path, model: str, chunk_tokens: int | None):
 
 
 def _ingest(runtime, share: Path, name: str) -> float:
-    from kbsync.ingest import run_plain
+    from kbsync.ingest.runner import run_plain
     from kbsync.models import RootSpec
 
     started = time.perf_counter()
@@ -58,10 +58,10 @@ def _ingest(runtime, share: Path, name: str) -> float:
 
 def _bm25_outcomes(queries, runtime, namespace: str):
     """The sparse half alone, scored like a mode."""
-    from kbsync import eval_metrics as m
-    from kbsync.evaluate import QueryOutcome
-    from kbsync.search import to_hit
-    from kbsync.sparse import encode_query
+    from kbsync.eval import metrics as m
+    from kbsync.eval.run import QueryOutcome
+    from kbsync.query.search import to_hit
+    from kbsync.text.sparse import encode_query
     from kbsync.store.base import Filter
 
     flt = Filter.where(namespace=namespace, embedding_failed=False)
@@ -86,8 +86,8 @@ def _bm25_outcomes(queries, runtime, namespace: str):
 def measure(set_name: str, model: str, work: Path, chunk_tokens: int | None,
             modes: list[str]) -> dict[str, dict]:
     """Ingest one set with one embedder (if not done yet) and score every mode."""
-    from kbsync.evaluate import aggregate, load_queries, parse_modes, run_mode
-    from kbsync.runtime import Runtime
+    from kbsync.eval.run import aggregate, load_queries, parse_modes, run_mode
+    from kbsync.app.runtime import Runtime
 
     share = Path(os.environ.get("KBSYNC_EVAL_SHARES", Path.home() / ".cache" / "kbsync-eval"))
     home = work / f"{set_name}-{model}-{chunk_tokens or 'default'}"

@@ -6,11 +6,11 @@ For each size a fresh edge store is loaded with ``size`` chunk-like points over
 10 namespaces: a random unit dense vector (dim 384) and the BM25 sparse vector
 of a ~120-word synthetic text (Zipf-distributed vocabulary of 5,000 words plus
 rare error codes), written through ``EdgeStore.upsert`` in batches of 256.
-Then, with the namespace filter of :func:`kbsync.search.namespace_filter`
+Then, with the namespace filter of :func:`kbsync.query.search.namespace_filter`
 (namespace + not ``embedding_failed``) and ``k * 4`` candidates:
 
 - ``engine``: the store call alone (``search`` / ``hybrid_search``);
-- ``search()``: :func:`kbsync.search.search` end to end (query embedding with
+- ``search()``: :func:`kbsync.query.search.search` end to end (query embedding with
   the hash embedder, sparse encoding, merge, de-duplication, hits).
 
 Both are measured on the freshly loaded store and again after ``optimize()``
@@ -75,7 +75,7 @@ def _text(i: int, rnd: random.Random, words: list[str], weights: list[float]) ->
 
 def load(store, size: int, rnd: random.Random, words, weights) -> float:
     """Write ``size`` points; returns points per second (store time only)."""
-    from kbsync.sparse import encode_document
+    from kbsync.text.sparse import encode_document
     from kbsync.store import Point
 
     rng = np.random.default_rng(42)
@@ -107,8 +107,8 @@ def _pct(times: list[float]) -> tuple[float, float]:
 
 def measure(store, service, queries: list[str], k: int) -> dict[str, tuple[float, float]]:
     """p50/p95 ms per (level, mode) over the queries."""
-    from kbsync.search import CANDIDATE_FACTOR, namespace_filter, search
-    from kbsync.sparse import encode_query
+    from kbsync.query.search import CANDIDATE_FACTOR, namespace_filter, search
+    from kbsync.text.sparse import encode_query
 
     rnd = random.Random(7)
     out: dict[str, tuple[float, float]] = {}
@@ -142,7 +142,7 @@ def measure(store, service, queries: list[str], k: int) -> dict[str, tuple[float
 def run(size: int, n_queries: int, k: int) -> dict:
     """Load one store of ``size`` points and measure it before and after optimize()."""
     from kbsync.store.edge import EdgeStore
-    from kbsync.sync import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
+    from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
 
     rnd = random.Random(42)
     words, weights = _vocabulary(rnd)

@@ -1,4 +1,4 @@
-"""Unit tests of the Markdown chunker (kbsync.chunk): pure functions, no I/O."""
+"""Unit tests of the Markdown chunker (kbsync.text.chunk): pure functions, no I/O."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kbsync.chunk import ChunkConfig, _plan, chunk_document, chunk_markdown, count_tokens
+from kbsync.text.chunk import ChunkConfig, _plan, chunk_document, chunk_markdown, count_tokens
 from kbsync.errors import UsageError
 from kbsync.models import Document
 

@@ -12,12 +12,12 @@ import os
 
 import pytest
 
-from kbsync.chunk import ChunkConfig, chunk_budget
-from kbsync.discover import parse_root
+from kbsync.text.chunk import ChunkConfig, chunk_budget
+from kbsync.ingest.discover import parse_root
 from kbsync.embed import clear_service_cache
 from kbsync.errors import UsageError
-from kbsync.ingest import run_plain
-from kbsync.runtime import Runtime
+from kbsync.ingest.runner import run_plain
+from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings
 from tests.chunk.test_chunk_fit import FourCharPieces, real_text
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kbsync.chunk import ChunkConfig, chunk_markdown, count_tokens
+from kbsync.text.chunk import ChunkConfig, chunk_markdown, count_tokens
 from kbsync.convert import convert
 from tests.chunk.test_chunk_properties import PROPS, check_invariants, markdowns
 

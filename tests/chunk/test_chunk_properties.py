@@ -1,4 +1,4 @@
-"""Hypothesis properties of the chunker (kbsync.chunk).
+"""Hypothesis properties of the chunker (kbsync.text.chunk).
 
 1. Coverage: reading the raw chunks in order and skipping what overlaps the
    previous chunk reproduces every non-whitespace character of the input, in
@@ -15,7 +15,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbsync.chunk import ChunkConfig, _plan, chunk_markdown, count_tokens
+from kbsync.text.chunk import ChunkConfig, _plan, chunk_markdown, count_tokens
 
 WORDS = ["alpha", "beta", "gamma", "delta", "x", "URL", "3.14", "e.g.", "foo_bar", "naïve", "C#"]
 CJK = (

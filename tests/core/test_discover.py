@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbsync.discover import discover, parse_root
+from kbsync.ingest.discover import discover, parse_root
 from kbsync.errors import UsageError
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kbsync.errors import LockHeld
-from kbsync.lock import lock_path, write_lock
+from kbsync.ingest.lock import lock_path, write_lock
 
 
 def test_second_writer_is_refused_with_the_holders_pid(tmp_path):

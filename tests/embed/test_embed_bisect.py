@@ -17,12 +17,12 @@ import random
 
 import pytest
 
-from kbsync.discover import parse_root
+from kbsync.ingest.discover import parse_root
 from kbsync.embed import EmbeddingCache, EmbeddingService, InputRejected, clear_service_cache
 from kbsync.embed.bisect import bisect_budget
 from kbsync.embed.openai_provider import OpenAIEmbedder
-from kbsync.ingest import run_plain
-from kbsync.runtime import Runtime
+from kbsync.ingest.runner import run_plain
+from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings
 from tests.fake_openai import Fault, FakeOpenAIServer
 

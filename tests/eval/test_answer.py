@@ -6,8 +6,8 @@ import pytest
 
 from fake_openai import FakeOpenAIServer
 from kbsync import api
-from kbsync.answer import check_citations, nothing_found
-from kbsync.llm import LLMNotConfigured
+from kbsync.query.answer import check_citations, nothing_found
+from kbsync.query.llm import LLMNotConfigured
 
 DOCS = {
     "kb/keys.md": "# API keys\n\nTessera API keys must be rotated every 90 days. A rotated key "
@@ -89,7 +89,7 @@ def test_ask_command_prints_json_and_readable_sources(chat, capsys):
     import argparse
     import json
 
-    from kbsync import cli_query
+    from kbsync.app import cli_query
 
     _, settings = chat
     parser = argparse.ArgumentParser()

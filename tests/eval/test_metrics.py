@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from kbsync import eval_metrics as m
-from kbsync.evaluate import QueryOutcome, aggregate
+from kbsync.eval import metrics as m
+from kbsync.eval.run import QueryOutcome, aggregate
 from kbsync.models import SearchHit
 
 L3, L5 = math.log2(3), math.log2(5)  # discounts of ranks 2 and 4

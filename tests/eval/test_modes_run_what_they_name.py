@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from kbsync.embed import EmbeddingService, HashEmbedder
-from kbsync.evaluate import EvalQuery, parse_modes, run_mode
+from kbsync.eval.run import EvalQuery, parse_modes, run_mode
 from kbsync.models import Chunk, SourceFile
 from kbsync.store.edge import EdgeStore
-from kbsync.sync import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, PreparedDoc, build_points
+from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, PreparedDoc, build_points
 
 DIM = 64
 TEXTS = {
@@ -72,7 +72,7 @@ def runtime(tmp_path: Path):
     store.close()
 
 
-# Hybrid fuses a dense and a BM25 query in kbsync.fusion (the same in both adapters).
+# Hybrid fuses a dense and a BM25 query in kbsync.query.fusion (the same in both adapters).
 STORE_CALLS = {"dense": ["dense"], "hybrid": ["dense", "sparse"]}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kbsync.errors import UsageError
-from kbsync.evaluate import (EvalQuery, QueryFileError, load_queries, parse_modes, queries_hash,
+from kbsync.eval.run import (EvalQuery, QueryFileError, load_queries, parse_modes, queries_hash,
                              supported_search)
 from kbtest import REPO, SAMPLE
 

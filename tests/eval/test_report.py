@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kbsync.eval_report import find_baseline, gate_message, summary_markdown, write_report
-from kbsync.evaluate import EvalQuery, QueryOutcome, build_result
+from kbsync.eval.report import find_baseline, gate_message, summary_markdown, write_report
+from kbsync.eval.run import EvalQuery, QueryOutcome, build_result
 
 QUERIES = [EvalQuery(1, "rotate keys", ("s/a.md",)), EvalQuery(2, "忘记密码", ("s/zh.md",))]
 

@@ -11,7 +11,7 @@ from prefect.client.orchestration import get_client
 
 from flows.evaluate import evaluate
 from kbsync.errors import UsageError
-from kbsync.report import artifact_key
+from kbsync.ingest.report import artifact_key
 from kbtest import REPO, SAMPLE
 
 QUERIES = str(REPO / "data" / "eval" / "sample_queries.jsonl")
@@ -37,9 +37,9 @@ def _task_names(flow_run_id) -> set[str]:
 @pytest.fixture
 def sample_kb(settings, tmp_path):
     """data/sample ingested (plain loop, hash embedder) into the test's store, then closed."""
-    from kbsync.discover import parse_root
-    from kbsync.ingest import run_plain
-    from kbsync.runtime import Runtime
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+    from kbsync.app.runtime import Runtime
 
     share = tmp_path / "sample"
     shutil.copytree(SAMPLE, share)
@@ -53,7 +53,8 @@ def sample_kb(settings, tmp_path):
 
 
 def _cli_args(*argv: str) -> argparse.Namespace:
-    from kbsync import cli_query, cli_support
+    from kbsync.app import cli_query
+    from kbsync.app import cli_support
 
     # `kbsync` prints one JSON object per process and main() resets that per command;
     # these tests call the command function directly, so reset it here.
@@ -102,7 +103,7 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     assert data["regression"]["baseline"] == "better-run"
 
     # The CLI exits 3 and prints the numbers on stderr (--accept: see tests/eval/test_report.py).
-    from kbsync.cli_query import run_eval
+    from kbsync.app.cli_query import run_eval
 
     code = run_eval(_cli_args(QUERIES, "-k", "5", "--report-dir", str(reports), "--json"),
                     sample_kb)
@@ -113,7 +114,7 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
 
 
 def test_usage_errors_fail_before_any_search(prefect_api, sample_kb, tmp_path):
-    from kbsync.cli_query import run_eval
+    from kbsync.app.cli_query import run_eval
 
     state = evaluate(queries_file=QUERIES, modes=["sparse"], report_dir=str(tmp_path),
                      return_state=True)

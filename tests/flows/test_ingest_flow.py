@@ -10,7 +10,7 @@ from prefect.client.orchestration import get_client
 from kbtest import SAMPLE, write_tree
 from flows.ingest import ingest
 from kbsync.errors import UsageError
-from kbsync.report import artifact_key
+from kbsync.ingest.report import artifact_key
 
 
 def _artifacts(key: str):

@@ -100,7 +100,7 @@ def _ballast(path: Path, size: int) -> None:
 
 def _fill(path: Path) -> None:
     """Take every byte left on ``path``'s file system."""
-    from kbsync.diskspace import free_bytes
+    from kbsync.store.diskspace import free_bytes
 
     with path.open("wb") as out:
         chunk = b"\0" * MIB
@@ -117,7 +117,7 @@ def _index(home: Path) -> tuple[dict, list]:
 
     Also asserts the store is consistent: each state record has exactly its points.
     """
-    from kbsync.state import StateStore
+    from kbsync.ingest.state import StateStore
     from kbsync.store.base import Filter
     from kbsync.store.edge import EdgeStore
 
@@ -134,16 +134,18 @@ def _index(home: Path) -> tuple[dict, list]:
 
 def test_batch_estimate_bounds_what_the_engine_allocates(runtime, tmp_path):
     """ENGINE_FACTOR and the per-chunk estimate are an upper bound, and not a wild one."""
-    from kbsync import diskspace, ingest
-    from kbsync.discover import parse_root
-    from kbsync.pipeline import chunk_stage, convert_stage, embed_stage
+    from kbsync.ingest.plan import plan_root
+    from kbsync.ingest.room import write_batch
+    from kbsync.store import diskspace
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.stages import chunk_stage, convert_stage, embed_stage
     from kbsync.models import SyncMode
 
     share = tmp_path / "share"
     _share_gen().generate(share, 150, seed=3)
     runtime.ensure_collection()
     runtime.states.load("default")
-    rp = ingest.plan_root(parse_root(str(share)), runtime=runtime, namespace="default",
+    rp = plan_root(parse_root(str(share)), runtime=runtime, namespace="default",
                           mode=SyncMode.INCREMENTAL)
     converted = convert_stage(rp.to_process(), max_bytes=2**27, converter=runtime.converter())
     embedded = embed_stage(chunk_stage(converted.work, config=runtime.chunk_config).work,
@@ -157,7 +159,7 @@ def test_batch_estimate_bounds_what_the_engine_allocates(runtime, tmp_path):
                    if p.is_file())
 
     before = allocated()
-    written = ingest.write_batch(embedded.work, runtime=runtime, namespace="default",
+    written = write_batch(embedded.work, runtime=runtime, namespace="default",
                                  run_id="r1")
     used = allocated() - before
     assert written.counters["added"] == estimate.documents > 100
@@ -179,10 +181,10 @@ def test_small_tmpfs_refuses_before_writing(tmpfs, prefect_api, tmp_path):
 
 def test_full_disk_mid_run_loses_nothing_and_the_next_run_converges(tmpfs, prefect_api,
                                                                    tmp_path, settings):
-    from kbsync import diskspace
-    from kbsync.discover import parse_root
-    from kbsync.ingest import run_plain
-    from kbsync.runtime import Runtime
+    from kbsync.store import diskspace
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+    from kbsync.app.runtime import Runtime
 
     mount = tmpfs(192)
     home = mount / "home"

@@ -9,11 +9,11 @@ import uuid
 import pytest
 
 from kbsync.errors import PermanentError, TransientError, UsageError
-from kbsync.expand import HYDE_SYSTEM, parse_rephrasings
-from kbsync.llm import ChatClient, LLMNotConfigured, LLMPermanentError, LLMTransientError
-from kbsync.search import configured_llm, search
+from kbsync.query.expand import HYDE_SYSTEM, parse_rephrasings
+from kbsync.query.llm import ChatClient, LLMNotConfigured, LLMPermanentError, LLMTransientError
+from kbsync.query.search import configured_llm, search
 from kbsync.settings import Settings
-from kbsync.sparse import encode_document
+from kbsync.text.sparse import encode_document
 from kbsync.store import Point
 from tests.fake_openai import Fault
 

@@ -1,10 +1,10 @@
-"""Weighted distribution-based score fusion (kbsync.fusion)."""
+"""Weighted distribution-based score fusion (kbsync.query.fusion)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kbsync.fusion import (DENSE_WEIGHT_BLIND, DENSE_WEIGHT_READS, Fusion, fuse, fusion_for,
+from kbsync.query.fusion import (DENSE_WEIGHT_BLIND, DENSE_WEIGHT_READS, Fusion, fuse, fusion_for,
                            is_cjk_query)
 from kbsync.store.base import ScoredPoint
 

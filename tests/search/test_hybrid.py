@@ -13,11 +13,11 @@ import pytest
 
 import kbsync
 from kbtest import write_tree
-from kbsync.cli import main
-from kbsync.discover import parse_root
+from kbsync.app.cli import main
+from kbsync.ingest.discover import parse_root
 from kbsync.errors import StoreError
-from kbsync.ingest import run_plain
-from kbsync.search import SearchMode, search
+from kbsync.ingest.runner import run_plain
+from kbsync.query.search import SearchMode, search
 
 TOPICS = ["upload", "storage", "billing", "login", "export", "sync", "backup", "quota", "email",
           "webhook", "invoice", "report", "team", "token"]

@@ -11,8 +11,8 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbsync.search import CANDIDATE_FACTOR, search
-from kbsync.sparse import encode_document
+from kbsync.query.search import CANDIDATE_FACTOR, search
+from kbsync.text.sparse import encode_document
 from kbsync.store import Point
 
 NAMESPACES = ("alpha", "beta", "gamma")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbsync.sparse import (
+from kbsync.text.sparse import (
     AVG_LEN,
     DEFAULT,
     K1,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kbsync.discover import parse_root
-from kbsync.ingest import run_plain
-from kbsync.runtime import Runtime
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.runner import run_plain
+from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings
 
 

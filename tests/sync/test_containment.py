@@ -18,17 +18,17 @@ from dataclasses import replace
 import pytest
 
 from kbtest import write_tree
-from kbsync.chunk import ChunkConfig
-from kbsync.discover import discover, parse_root
+from kbsync.text.chunk import ChunkConfig
+from kbsync.ingest.discover import discover, parse_root
 from kbsync.embed.base import TextKind
 from kbsync.embed.hash import HashEmbedder
-from kbsync.embed.pipeline import EmbeddingService
+from kbsync.embed.service import EmbeddingService
 from kbsync.errors import StoreUnavailable
-from kbsync.ingest import run_plain
+from kbsync.ingest.runner import run_plain
 from kbsync.models import Document
-from kbsync.pipeline import chunk_stage, convert_stage
-from kbsync.search import search
-from kbsync.state import StateStore, plan_files
+from kbsync.ingest.stages import chunk_stage, convert_stage
+from kbsync.query.search import search
+from kbsync.ingest.state import StateStore, plan_files
 
 FILES = {"a.md": "# A\n\nalpha apples.", "b.md": "# B\n\nbravo bananas.",
          "poison.md": "# P\n\nPOISON pears.", "c.md": "# C\n\ncharlie cherries."}

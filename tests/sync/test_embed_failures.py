@@ -11,13 +11,13 @@ from dataclasses import replace
 import pytest
 
 from kbtest import write_tree
-from kbsync.discover import parse_root
+from kbsync.ingest.discover import parse_root
 from kbsync.embed.base import TextKind
 from kbsync.embed.hash import HashEmbedder
-from kbsync.embed.pipeline import EmbeddingService
+from kbsync.embed.service import EmbeddingService
 from kbsync.errors import EmbeddingTransientError
-from kbsync.ingest import run_plain
-from kbsync.search import search
+from kbsync.ingest.runner import run_plain
+from kbsync.query.search import search
 from kbsync.store.base import Filter
 
 

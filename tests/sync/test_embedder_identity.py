@@ -15,16 +15,16 @@ import pytest
 
 from kbtest import write_tree
 from kbsync import api
-from kbsync.discover import parse_root
+from kbsync.ingest.discover import parse_root
 from kbsync.embed import build_embedding_service
 from kbsync.errors import EmbedderMismatch
-from kbsync.identity import EMBEDDER, stored_embedder
-from kbsync.ingest import run_plain
-from kbsync.search import search
+from kbsync.ingest.identity import EMBEDDER, stored_embedder
+from kbsync.ingest.runner import run_plain
+from kbsync.query.search import search
 from kbsync.settings import Settings
-from kbsync.sparse import SPARSE_VERSION
-from kbsync.state import META_KEY, StateStore
-from kbsync.stats import collect_stats
+from kbsync.text.sparse import SPARSE_VERSION
+from kbsync.ingest.state import META_KEY, StateStore
+from kbsync.query.stats import collect_stats
 from kbsync.store.base import Filter
 
 

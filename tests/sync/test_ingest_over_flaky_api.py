@@ -11,15 +11,15 @@ import shutil
 
 from fake_openai import Fault, FakeOpenAIServer
 from kbtest import SAMPLE
-from kbsync.discover import parse_root
-from kbsync.ingest import run_plain
-from kbsync.search import search
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.runner import run_plain
+from kbsync.query.search import search
 from kbsync.store.base import Filter
 
 
 def test_every_document_becomes_searchable_despite_20_percent_faults(tmp_path, monkeypatch):
     from kbsync.embed import clear_service_cache
-    from kbsync.runtime import Runtime
+    from kbsync.app.runtime import Runtime
     from kbsync.settings import Settings
 
     rng = random.Random(7)

@@ -13,13 +13,13 @@ import shutil
 import pytest
 
 from kbtest import write_tree
-from kbsync.discover import parse_root
+from kbsync.ingest.discover import parse_root
 from kbsync.errors import RootConflict, UsageError
-from kbsync.identity import ROOT_BINDING
-from kbsync.ingest import run_plain
+from kbsync.ingest.identity import ROOT_BINDING
+from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
-from kbsync.state import META_KEY
-from kbsync.stats import collect_stats
+from kbsync.ingest.state import META_KEY
+from kbsync.query.stats import collect_stats
 from kbsync.store.base import Filter
 
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from kbtest import write_tree
-from kbsync.discover import parse_root
-from kbsync.ingest import DeleteGuard, MassDeleteRefused, run_plain
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.plan import DeleteGuard, MassDeleteRefused
+from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
-from kbsync.search import search
+from kbsync.query.search import search
 from kbsync.store.base import Filter
 
 VOLATILE = ("run_id", "duration_s", "collection", "files_hashed", "warnings", "roots",
@@ -187,7 +188,7 @@ def test_rename_is_delete_plus_add_served_by_the_cache(runtime, tmp_path):
 
 def test_fingerprint_change_reprocesses_without_new_embeddings(settings, tmp_path,
                                                                monkeypatch):
-    from kbsync.runtime import Runtime
+    from kbsync.app.runtime import Runtime
 
     share = tmp_path / "share"
     write_tree(share, docs(3))

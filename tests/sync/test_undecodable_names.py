@@ -15,9 +15,9 @@ from pathlib import Path
 
 
 from kbtest import write_tree
-from kbsync.discover import local_root, parse_root, root_parameter
-from kbsync.ingest import run_plain
-from kbsync.search import search
+from kbsync.ingest.discover import local_root, parse_root, root_parameter
+from kbsync.ingest.runner import run_plain
+from kbsync.query.search import search
 from kbsync.store.base import Filter
 
 LATIN1 = b"lat\xe9in1.md"  # "latéin1.md" in Latin-1: not valid UTF-8

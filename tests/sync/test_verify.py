@@ -19,18 +19,18 @@ from pathlib import Path
 import pytest
 
 from kbtest import write_tree
-from kbsync import cli
-from kbsync.chunk import chunk_budget
-from kbsync.discover import parse_root
+from kbsync.app import cli
+from kbsync.text.chunk import chunk_budget
+from kbsync.ingest.discover import parse_root
 from kbsync.embed import build_embedding_service
-from kbsync.ingest import run_plain
+from kbsync.ingest.runner import run_plain
 from kbsync.models import DocStatus
-from kbsync.repair import repair
-from kbsync.runtime import Runtime
-from kbsync.sparse import encode_document
-from kbsync.state import StateStore
+from kbsync.ingest.repair import repair
+from kbsync.app.runtime import Runtime
+from kbsync.text.sparse import encode_document
+from kbsync.ingest.state import StateStore
 from kbsync.store.base import Filter, Point
-from kbsync.verify import check_root, verify
+from kbsync.ingest.verify import check_root, verify
 
 N_DOCS = 12
 

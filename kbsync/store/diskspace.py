@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from kbsync.cjk import CJK_WORD_CHARS
+from kbsync.text.cjk import CJK_WORD_CHARS
 from kbsync.errors import DiskFull
 
 log = logging.getLogger(__name__)

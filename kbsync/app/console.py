@@ -8,8 +8,8 @@ from typing import Iterator
 from rich.console import Console
 from rich.table import Table
 
-from kbsync.report import shown_fields
-from kbsync.search import SearchResult, citation
+from kbsync.ingest.report import shown_fields
+from kbsync.query.search import SearchResult, citation
 
 out = Console()
 err = Console(stderr=True)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol, Sequence
 
 from kbsync.models import SearchHit
-from kbsync.search import citation, search
+from kbsync.query.search import citation, search
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _CITE = re.compile(r"\s?\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
 
 
 class ChatModel(Protocol):
-    """What ``ask`` needs from a chat model (``kbsync.llm.ChatClient`` provides it)."""
+    """What ``ask`` needs from a chat model (``kbsync.query.llm.ChatClient`` provides it)."""
 
     def complete(self, system: str, user: str, *, max_tokens: int,
                  temperature: float) -> str:
@@ -110,7 +110,7 @@ def ask(
 
     Args:
         question: the user's question (must not be blank).
-        store, service, collection: as for :func:`kbsync.search.search`.
+        store, service, collection: as for :func:`kbsync.query.search.search`.
         llm: the chat model; not called when nothing relevant is found.
         namespace: only this namespace is searched.
         k: chunks retrieved (1..100).
@@ -203,8 +203,8 @@ def build_chat_client(settings) -> ChatModel:
     """The configured chat model (``KBSYNC_LLM_*``).
 
     Raises:
-        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``kbsync.llm.LLMNotConfigured``).
+        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``kbsync.query.llm.LLMNotConfigured``).
     """
-    from kbsync.llm import ChatClient  # imported late: the openai package takes ~1 s
+    from kbsync.query.llm import ChatClient  # imported late: the openai package takes ~1 s
 
     return ChatClient.from_settings(settings)

@@ -1,6 +1,6 @@
 """What a store is bound to: which path each root NAME stands for, which embedder built it.
 
-Both live as meta records in the state collection (see :data:`kbsync.state.META_KEY`),
+Both live as meta records in the state collection (see :data:`kbsync.ingest.state.META_KEY`),
 so they travel with the store like the document records do.
 
 **Root bindings.** In each namespace a root NAME is bound to the resolved path it was
@@ -33,8 +33,8 @@ from typing import Sequence
 
 from kbsync.errors import EmbedderMismatch, RootConflict
 from kbsync.models import RootSpec, display_path
-from kbsync.sparse import SPARSE_VERSION
-from kbsync.state import StateStore, utc_now
+from kbsync.text.sparse import SPARSE_VERSION
+from kbsync.ingest.state import StateStore, utc_now
 
 log = logging.getLogger(__name__)
 

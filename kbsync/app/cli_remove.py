@@ -1,10 +1,10 @@
-"""``kbsync remove``: drop a share or a namespace on purpose (wired in by :mod:`kbsync.cli`).
+"""``kbsync remove``: drop a share or a namespace on purpose (wired in by :mod:`kbsync.app.cli`).
 
 On a terminal it shows what would go and asks; without a terminal it needs
 ``--yes`` (exit 2 otherwise, nothing removed). It takes the ingest's write lock
 (on a Qdrant server also the Prefect global concurrency limit, when
 ``PREFECT_API_URL`` names a Prefect server), so it never interleaves with an
-ingest. The work is :mod:`kbsync.remove`.
+ingest. The work is :mod:`kbsync.ingest.remove`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-from kbsync import cli_support
-from kbsync.cli_support import EXIT_OK, namespace_argument
+from kbsync.app import cli_support
+from kbsync.app.cli_support import EXIT_OK, namespace_argument
 from kbsync.errors import UsageError
-from kbsync.remove import Removal, Target, measure, remove
+from kbsync.ingest.remove import Removal, Target, measure, remove
 
 
 def register(sub) -> None:
@@ -108,7 +108,7 @@ def _write_lock(settings, namespace: str) -> Iterator[None]:
         with run_lock(settings, namespace, purpose="remove"):
             yield
         return
-    from kbsync.lock import ingest_lock
+    from kbsync.ingest.lock import ingest_lock
 
     with ingest_lock(settings, namespace, purpose="remove"):
         yield
@@ -118,7 +118,7 @@ def _report(args, removal: Removal, line: str, *, confirmed: bool = True) -> int
     if args.json:
         cli_support.emit({**removal.to_dict(), "confirmed": confirmed})
     else:
-        from kbsync.console import out
+        from kbsync.app.console import out
 
         out.print(line, highlight=False, markup=False, soft_wrap=True)
     return EXIT_OK

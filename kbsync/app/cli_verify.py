@@ -1,14 +1,14 @@
 """``kbsync verify [--namespace NS] [--repair] [--json]``: does the store hold what the state says?
 
-Plain library code (no Prefect server): :func:`kbsync.verify.verify` reads every
-chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.repair.repair`
+Plain library code (no Prefect server): :func:`kbsync.ingest.verify.verify` reads every
+chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.ingest.repair.repair`
 under the ingest write lock. Exit 0: no drift (after ``--repair``: none left);
 3: drift found (after ``--repair``: drift left, e.g. documents whose file is gone).
 """
 
 from __future__ import annotations
 
-from kbsync.cli_support import EXIT_OK, EXIT_PARTIAL, emit, namespace_argument
+from kbsync.app.cli_support import EXIT_OK, EXIT_PARTIAL, emit, namespace_argument
 
 
 def register(sub) -> None:
@@ -26,8 +26,8 @@ def register(sub) -> None:
 
 def run_verify(args, settings) -> int:
     """The ``verify`` command; returns the exit code."""
-    from kbsync.runtime import Runtime
-    from kbsync.verify import VerifyReport, verify
+    from kbsync.app.runtime import Runtime
+    from kbsync.ingest.verify import VerifyReport, verify
 
     if not settings.qdrant_url and not settings.store_path.is_dir():
         # Nothing was ever stored here; reading must not create the store's folders.
@@ -37,7 +37,7 @@ def run_verify(args, settings) -> int:
         try:
             aside = None
             if args.repair:
-                from kbsync.repair import set_aside_damaged
+                from kbsync.ingest.repair import set_aside_damaged
 
                 aside = set_aside_damaged(runtime)
             report = verify(runtime.store, collection=settings.collection,
@@ -45,7 +45,7 @@ def run_verify(args, settings) -> int:
                             namespace=args.namespace)
             result = after = None
             if args.repair and report.drifted():
-                from kbsync.repair import repair
+                from kbsync.ingest.repair import repair
 
                 result, after = repair(runtime, report, namespace=args.namespace)
                 result.set_aside = str(aside) if aside else None
@@ -62,7 +62,7 @@ def run_verify(args, settings) -> int:
 
 def _print(data: dict) -> None:
     """The readable report: one line per namespace, one per kind of drift."""
-    from kbsync.console import out
+    from kbsync.app.console import out
 
     def say(text: str) -> None:
         out.print(text, highlight=False, markup=False)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
-from kbsync.discover import hash_file
+from kbsync.ingest.discover import hash_file
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.store.base import Filter, Point, VectorStore
 
@@ -30,7 +30,7 @@ REPAIR_FINGERPRINT = "repair-requested"
 settings, so the next ingest of its root reprocesses it (points and record stay meanwhile)."""
 META_KEY = "meta"
 """Payload key of the non-document records of the state collection (root bindings, the
-embedder identity: see :mod:`kbsync.identity`). They have no ``namespace`` key, so every
+embedder identity: see :mod:`kbsync.ingest.identity`). They have no ``namespace`` key, so every
 namespace-filtered read skips them; whoever scrolls the whole collection skips
 :func:`is_meta` payloads."""
 

@@ -19,13 +19,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from kbsync.chunk import ChunkConfig, chunk_document
+from kbsync.text.chunk import ChunkConfig, chunk_document
 from kbsync.convert import convert
 from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalError, KbsyncError,
                            LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
-from kbsync.state import PlanItem
-from kbsync.sync import PreparedDoc, heal_document, write_document
+from kbsync.ingest.state import PlanItem
+from kbsync.ingest.write import PreparedDoc, heal_document, write_document
 
 log = logging.getLogger(__name__)
 

@@ -3,11 +3,11 @@
 Plain core code (no Prefect): ``flows/evaluate.py`` arranges these functions
 as tasks and :func:`evaluate_plain` chains them for tests and scripts.
 
-Query files are parsed by :mod:`kbsync.eval_queries` (re-exported here). A
+Query files are parsed by :mod:`kbsync.eval.queries` (re-exported here). A
 query with an empty ``relevant`` list is searched and counted (raw/kept counts,
 latency) but left out of the quality means.
 
-Modes are those of :class:`kbsync.search.SearchMode` (``dense``, ``hybrid``),
+Modes are those of :class:`kbsync.query.search.SearchMode` (``dense``, ``hybrid``),
 optionally with query expansion by the chat model: ``dense+mqe3``, ``hybrid+hyde``,
 ``dense+mqe2+hyde``.
 """
@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from kbsync import eval_metrics as m
+from kbsync.eval import metrics as m
 from kbsync.errors import UsageError
-from kbsync.eval_queries import EvalQuery, QueryFileError, load_queries, queries_hash
-from kbsync.expand import MAX_MQE
+from kbsync.eval.queries import EvalQuery, QueryFileError, load_queries, queries_hash
+from kbsync.query.expand import MAX_MQE
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ __all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryFileError", "QueryOutcom
            "parse_modes", "queries_hash", "run_mode"]
 
 NDCG_CUTOFF = 10
-MAX_SEARCH_K = 100  # kbsync.search.search refuses more
+MAX_SEARCH_K = 100  # kbsync.query.search.search refuses more
 DEFAULT_MQE = 3
 METRIC_KEYS = ("hit_rate", "mrr", "ndcg@10", "recall@k")
 
@@ -54,7 +54,7 @@ class ModeSpec:
     hyde: bool = False
 
     def search_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`kbsync.search.search`.
+        """Keyword arguments for :func:`kbsync.query.search.search`.
 
         ``mode`` is always passed: leaving it out meant search's own default, which
         silently became hybrid, so a "dense" column measured hybrid.
@@ -104,8 +104,8 @@ _SPEC = re.compile(r"^(?P<mode>[a-z]+)(?P<opts>(\+(mqe\d*|hyde))*)$")
 
 
 def supported_search() -> tuple[set[str], set[str]]:
-    """The search modes (:class:`kbsync.search.SearchMode`) and expansion options."""
-    from kbsync.search import SearchMode
+    """The search modes (:class:`kbsync.query.search.SearchMode`) and expansion options."""
+    from kbsync.query.search import SearchMode
 
     return {m.value for m in SearchMode}, {"mqe", "hyde"}
 
@@ -189,7 +189,7 @@ def run_mode(
     Every query is embedded once and one unrecorded search runs before timing
     (see the comment below): reported latency excludes query-embedding time.
     """
-    from kbsync.search import search
+    from kbsync.query.search import search
 
     kwargs = spec.search_kwargs()
     if spec.needs_llm:
@@ -299,7 +299,7 @@ def evaluate_plain(
     Raises:
         UsageError: bad modes, k out of range, namespace empty, or bad query file.
     """
-    from kbsync.eval_report import write_report
+    from kbsync.eval.report import write_report
 
     specs = parse_modes(modes)
     check_k(k)
@@ -322,7 +322,7 @@ def llm_for(settings) -> object:
     Raises:
         UsageError: ``KBSYNC_LLM_MODEL`` is unset (``LLMNotConfigured``).
     """
-    from kbsync.llm import ChatClient
+    from kbsync.query.llm import ChatClient
 
     return ChatClient.from_settings(settings)
 

@@ -14,9 +14,9 @@ Two depths of the same question:
 - :func:`verify` (``kbsync verify``, thorough): reads every chunk point of the
   namespace, payload included, and compares each document's points with its
   record: their number, their chunk indexes (exactly ``0..n-1``), their ids
-  (``kbsync.sync.point_id`` recomputed from the stored text), zero-vector flags
+  (``kbsync.ingest.write.point_id`` recomputed from the stored text), zero-vector flags
   on a document whose status is ``ok``, and points whose document has no
-  record at all (orphans). Repair lives in :mod:`kbsync.repair`.
+  record at all (orphans). Repair lives in :mod:`kbsync.ingest.repair`.
 
 The state collection may also hold records that are not document records
 (root bindings, embedder identity): :func:`is_document_record` skips them.
@@ -32,16 +32,16 @@ from typing import Any, Iterable, Mapping
 
 from kbsync.models import DocState, DocStatus
 from kbsync.store.base import Filter, VectorStore
-from kbsync.sync import point_id
+from kbsync.ingest.write import point_id
 
 log = logging.getLogger(__name__)
 
 SHOW_DOC_IDS = 20
 """How many doc_ids a report lists per kind of drift (the counts are always complete)."""
 
-_RESERVED_DOC_ID_PREFIXES = ("<kbsync:",)  # the doc_id marker of meta records (kbsync.state)
+_RESERVED_DOC_ID_PREFIXES = ("<kbsync:",)  # the doc_id marker of meta records (kbsync.ingest.state)
 # Meta records (root bindings, embedder identity) say what they are in one of these fields
-# (``kbsync.state.META_KEY`` is "meta"; the others are defence against older shapes).
+# (``kbsync.ingest.state.META_KEY`` is "meta"; the others are defence against older shapes).
 _KIND_FIELDS = ("meta", "kind", "record_kind", "record_type")
 
 

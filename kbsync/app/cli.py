@@ -3,7 +3,7 @@
 Exit codes: 0 ok; 1 run failed; 2 usage error (bad arguments or configuration, a
 ROOT that does not exist); 3 completed but some files failed; 130 interrupted.
 With ``--json`` stdout holds exactly one JSON object on every exit path (with
-``error: {kind, message}`` on failure, see :mod:`kbsync.cli_support`) and every
+``error: {kind, message}`` on failure, see :mod:`kbsync.app.cli_support`) and every
 log line goes to stderr.
 """
 
@@ -15,11 +15,17 @@ import os
 import sys
 from typing import Sequence
 
-from kbsync import cli_query, cli_remove, cli_support, cli_verify
-from kbsync.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
+from kbsync.app import cli_query
+
+from kbsync.app import cli_remove
+
+from kbsync.app import cli_support
+
+from kbsync.app import cli_verify
+from kbsync.app.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
                                 namespace_argument, score_argument, text_argument)
 from kbsync.errors import KbsyncError, RunEndedFailed
-log = logging.getLogger("kbsync.cli")
+log = logging.getLogger("kbsync.app.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,8 +156,8 @@ def _failed(exc: BaseException, argv: list[str], args, settings) -> int:
 
 def _ingest_counts(exc: BaseException, args, settings) -> dict:
     """The counts a failed ingest reached (attached by the flow), else the summary's zeros."""
-    from kbsync.ingest import IngestSummary
-    from kbsync.run_counts import counts_of
+    from kbsync.ingest.summary import IngestSummary
+    from kbsync.ingest.run_counts import counts_of
 
     counts = counts_of(exc)
     if counts is not None:
@@ -165,19 +171,19 @@ def _ingest_counts(exc: BaseException, args, settings) -> dict:
 
 
 def _ingest(args, settings) -> int:
-    from kbsync.discover import parse_root, root_parameter
+    from kbsync.ingest.discover import parse_root, root_parameter
     from kbsync.models import SyncMode, display_text
 
-    from kbsync.identity import check_roots
+    from kbsync.ingest.identity import check_roots
 
     # A missing, empty or overlapping root is a usage error before any run exists.
     check_roots([parse_root(root) for root in args.roots], home=settings.home)
-    from kbsync.lock import refuse_if_held
+    from kbsync.ingest.lock import refuse_if_held
 
     refuse_if_held(settings, args.namespace)  # before Prefect starts, which costs seconds
     from flows.ingest import ingest  # imported late: Prefect's import costs seconds
 
-    from kbsync.console import ingest_status, print_ingest
+    from kbsync.app.console import ingest_status, print_ingest
     from tasks.watchdog import exit_now, set_lost_handler, watch_orchestrator
 
     # A lost Prefect API: the usual error line (and JSON object), then exit at once.
@@ -221,8 +227,8 @@ def _as_kbsync_error(error) -> BaseException:
 
 
 def _search(args, settings) -> int:
-    from kbsync.console import print_search
-    from kbsync.search import SearchResult, configured_llm, search
+    from kbsync.app.console import print_search
+    from kbsync.query.search import SearchResult, configured_llm, search
 
     llm = configured_llm(settings) if (args.mqe or args.hyde) else None
     store = cli_support.indexed_store(settings, args.namespace)
@@ -245,8 +251,8 @@ def _search(args, settings) -> int:
 
 
 def _stats(args, settings) -> int:
-    from kbsync.console import print_stats
-    from kbsync.stats import collect_stats, empty_stats
+    from kbsync.app.console import print_stats
+    from kbsync.query.stats import collect_stats, empty_stats
 
     store = cli_support.indexed_store(settings)
     if store is None:
@@ -259,7 +265,7 @@ def _stats(args, settings) -> int:
     if args.json:
         _emit(data)
     elif store is None:
-        from kbsync.console import out
+        from kbsync.app.console import out
 
         out.print(cli_support.nothing_indexed(settings), highlight=False, markup=False,
                   soft_wrap=True)

@@ -56,7 +56,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kbsync.cjk import CJK_WORD_CHARS
+from kbsync.text.cjk import CJK_WORD_CHARS
 from kbsync.store.base import SparseVec
 
 SPARSE_VERSION = "bm25-v1"

@@ -1,15 +1,15 @@
 """Dropping a share (one root of a namespace) or a whole namespace (``kbsync remove``).
 
-Write order, the crash-safe one of :func:`kbsync.sync.delete_documents`: the
+Write order, the crash-safe one of :func:`kbsync.ingest.write.delete_documents`: the
 points go first, then the documents' state records, then the root bindings
-(:mod:`kbsync.identity`). A crash in between leaves records without points,
+(:mod:`kbsync.ingest.identity`). A crash in between leaves records without points,
 which a second ``remove`` (or the next full ingest of the root) removes
 idempotently; it never leaves searchable points without a record. Points are
 deleted by filter, so points of a document whose record was never committed (a
 crash during its first write) go too. The embedding cache is left alone: it is
 a cache, and it serves the texts again if the share comes back.
 
-Callers hold the ingest's write lock (:func:`kbsync.lock.ingest_lock`) around
+Callers hold the ingest's write lock (:func:`kbsync.ingest.lock.ingest_lock`) around
 :func:`remove`; :func:`measure` only reads.
 """
 
@@ -96,14 +96,14 @@ def remove(store: VectorStore, *, collection: str, state_collection: str,
 
 
 def bindings_filter(target: Target) -> Filter:
-    """The root-binding records of the target (see :mod:`kbsync.identity`).
+    """The root-binding records of the target (see :mod:`kbsync.ingest.identity`).
 
     A binding records which path a root NAME stands for in a namespace; once
     the root's documents are gone it must go too, so that the NAME can be
     given to another share without ``--rebind``.
     """
-    from kbsync.identity import ROOT_BINDING
-    from kbsync.state import META_KEY
+    from kbsync.ingest.identity import ROOT_BINDING
+    from kbsync.ingest.state import META_KEY
 
     # StateStore.write_meta marks meta records with doc_id "<kbsync:KIND>" and META_KEY=KIND.
     return Filter.where(doc_id=f"<kbsync:{ROOT_BINDING}>", **{META_KEY: ROOT_BINDING},

@@ -11,8 +11,8 @@
   passage that would answer the query; the passage is embedded as a
   *passage*, so it lands where answering chunks are.
 
-Functions here raise the model's own errors (``kbsync.llm.LLMError``);
-:mod:`kbsync.search` turns a failure into a fallback with a note.
+Functions here raise the model's own errors (``kbsync.query.llm.LLMError``);
+:mod:`kbsync.query.search` turns a failure into a fallback with a note.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _QUOTES = "\"'“”‘’「」『』`"
 
 
 class ChatModel(Protocol):
-    """What expansion needs from a chat model (``kbsync.llm.ChatClient``)."""
+    """What expansion needs from a chat model (``kbsync.query.llm.ChatClient``)."""
 
     def complete(self, system: str, user: str, *, max_tokens: int = 512,
                  temperature: float = 0.0) -> str:

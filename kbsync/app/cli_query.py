@@ -1,4 +1,4 @@
-"""The ``ask`` and ``eval`` subcommands of ``kbsync`` (wired in by :mod:`kbsync.cli`).
+"""The ``ask`` and ``eval`` subcommands of ``kbsync`` (wired in by :mod:`kbsync.app.cli`).
 
 ``kbsync ask`` runs in-process (no Prefect). ``kbsync eval`` runs the
 ``evaluate`` flow, like ``kbsync ingest`` runs ``ingest``, and exits 3 when the
@@ -11,8 +11,8 @@ import argparse
 import sys
 from contextlib import nullcontext
 
-from kbsync import cli_support
-from kbsync.cli_support import namespace_argument, score_argument, text_argument
+from kbsync.app import cli_support
+from kbsync.app.cli_support import namespace_argument, score_argument, text_argument
 
 
 def _k(text: str) -> int:
@@ -61,7 +61,7 @@ def register(sub) -> None:
 
 def run_ask(args, settings) -> int:
     """``kbsync ask``: exit 0 also when nothing relevant was found (``answered`` is false)."""
-    from kbsync.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
+    from kbsync.query.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
 
     llm = build_chat_client(settings)  # a missing configuration fails before any search
     min_score = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
@@ -86,7 +86,7 @@ def run_ask(args, settings) -> int:
 
 def run_eval(args, settings) -> int:
     """``kbsync eval``: 0 ok, 2 bad arguments or query file, 3 regression."""
-    from kbsync.evaluate import llm_for, load_queries, parse_modes
+    from kbsync.eval.run import llm_for, load_queries, parse_modes
 
     modes = [m for m in args.modes.split(",") if m.strip()]
     # Usage errors (unknown mode, no chat model for +mqe, bad file) before any run exists.
@@ -95,7 +95,7 @@ def run_eval(args, settings) -> int:
     load_queries(args.queries_file)
     from flows.evaluate import evaluate  # imported late: Prefect's import costs seconds
 
-    from kbsync.console import err
+    from kbsync.app.console import err
 
     with err.status("kbsync: evaluating (Prefect flow running)...") if not args.json \
             else nullcontext():
@@ -103,7 +103,7 @@ def run_eval(args, settings) -> int:
                          modes=modes, report_dir=args.report_dir,
                          regression_margin=args.max_drop, accept_regression=args.accept,
                          return_state=True)
-    from kbsync.cli import run_result
+    from kbsync.app.cli import run_result
 
     data = run_result(state.result(raise_on_failure=False))
     if args.json:
@@ -112,7 +112,7 @@ def run_eval(args, settings) -> int:
         _print_eval(data)
     regression = data.get("regression", {})
     if not regression.get("passed", True) and not regression.get("accepted"):
-        from kbsync.eval_report import gate_message
+        from kbsync.eval.report import gate_message
 
         print(f"kbsync: retrieval regression against run {regression.get('baseline')}:\n"
               f"{gate_message(regression)}", file=sys.stderr)
@@ -121,7 +121,7 @@ def run_eval(args, settings) -> int:
 
 
 def _nothing_indexed(args, settings, min_score):
-    from kbsync.answer import Answer
+    from kbsync.query.answer import Answer
 
     message = cli_support.nothing_indexed(settings, args.namespace)
     return Answer(query=args.question, namespace=args.namespace, mode="dense", answer=message,
@@ -134,7 +134,7 @@ def _emit(obj: dict) -> None:
 
 
 def _print_answer(answer) -> None:
-    from kbsync.console import out
+    from kbsync.app.console import out
 
     out.print(answer.answer, highlight=False, markup=False)
     if answer.citations:
@@ -154,7 +154,7 @@ def _print_answer(answer) -> None:
 def _print_eval(data: dict) -> None:
     from rich.table import Table
 
-    from kbsync.console import out
+    from kbsync.app.console import out
 
     table = Table(title=f"kbsync eval: namespace {data['namespace']}, {data['queries']} queries, "
                         f"k={data['k']}")

@@ -4,11 +4,11 @@ Plain core code: it never starts a Prefect server.
 
 - **Modes** (:class:`SearchMode`): ``dense`` (cosine over the dense vectors)
   and ``hybrid`` (the top 100 dense and top 100 BM25 candidates fused by
-  weighted distribution-based score fusion, :mod:`kbsync.fusion`; scores are
+  weighted distribution-based score fusion, :mod:`kbsync.query.fusion`; scores are
   then fused scores in about ``[0, 1]``, not cosines).
 - **Expansions**: with ``mqe=N`` a chat model writes N rephrasings, with
   ``hyde=True`` a hypothetical answer passage (embedded as a passage); see
-  :mod:`kbsync.expand`. Every query text is searched with ``k * 4``
+  :mod:`kbsync.query.expand`. Every query text is searched with ``k * 4``
   candidates and hits are merged by best score per point id. When the model
   is missing or fails, search goes on with what it has (at least the plain
   query), logs a warning and says so in ``notes``.
@@ -21,7 +21,7 @@ Plain core code: it never starts a Prefect server.
 
 The module is callable: ``kbsync.search("query", namespace="ns")`` runs
 :func:`search_kb`, which opens settings, store and model itself;
-``kbsync.search.search`` is the core function with injected collaborators.
+``kbsync.query.search.search`` is the core function with injected collaborators.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Sequence
 
-from kbsync import expand
+from kbsync.query import expand
 from kbsync.errors import KbsyncError
-from kbsync.fusion import FUSION_DEPTH, fuse, fusion_for
-from kbsync.identity import check_query_embedder
+from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
+from kbsync.ingest.identity import check_query_embedder
 from kbsync.models import SearchHit
-from kbsync.sparse import encode_query
+from kbsync.text.sparse import encode_query
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def search(
         namespace: only this namespace's chunks are considered.
         k: number of results (1..100).
         min_score: drop candidates scoring below it: a cosine similarity in
-            ``dense`` mode, a fused score (about 0-1, :mod:`kbsync.fusion`) in ``hybrid``.
+            ``dense`` mode, a fused score (about 0-1, :mod:`kbsync.query.fusion`) in ``hybrid``.
         mode: ``hybrid`` (default: it beat dense on data/eval, see README) or
             ``dense``; hybrid needs the collection's sparse vector.
         mqe: number of LLM rephrasings to search as well (0..10).
@@ -130,7 +130,7 @@ def search(
     Raises:
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
         EmbedderMismatch: the collection was built with another embedder
-            (see :mod:`kbsync.identity`).
+            (see :mod:`kbsync.ingest.identity`).
         KbsyncError: the store or the embedding model failed (a failing chat
             model only adds a note).
     """
@@ -319,13 +319,13 @@ def configured_llm(settings: Any) -> expand.ChatModel | None:
     """The chat model of ``settings``, or ``None`` when ``KBSYNC_LLM_MODEL`` is unset."""
     if not settings.llm_model:
         return None
-    from kbsync.llm import ChatClient  # imported late: the openai package takes ~1 s
+    from kbsync.query.llm import ChatClient  # imported late: the openai package takes ~1 s
 
     return ChatClient.from_settings(settings)
 
 
 class _CallableModule(types.ModuleType):
-    """Makes ``kbsync.search(...)`` work although ``kbsync.search`` is this module."""
+    """Makes ``kbsync.search(...)`` work although ``kbsync.query.search`` is this module."""
 
     def __call__(self, query: str, **options: Any) -> SearchResult:
         return search_kb(query, **options)

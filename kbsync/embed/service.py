@@ -180,7 +180,7 @@ class EmbeddingService:
         return self._cache
 
     def input_fit(self):
-        """The provider's input limit for the chunker (:class:`kbsync.chunk.InputFit`), or
+        """The provider's input limit for the chunker (:class:`kbsync.text.chunk.InputFit`), or
         None when it has none worth fitting (windowing models, API models, hash)."""
         fit = getattr(self._provider, "input_fit", None)
         return fit() if callable(fit) else None

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kbsync.evaluate import METRIC_KEYS, EvalResult
+from kbsync.eval.run import METRIC_KEYS, EvalResult
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ def keep_counts(summary, *, started: float | None = None) -> Iterator[None]:
     """Attach ``summary.to_dict()`` to any exception leaving the block, then re-raise it.
 
     Args:
-        summary: an :class:`~kbsync.ingest.IngestSummary` (anything with
+        summary: an :class:`~kbsync.ingest.summary.IngestSummary` (anything with
             ``to_dict()`` and ``merge(dict)``).
         started: ``time.perf_counter()`` at the run's start, to fill ``duration_s``.
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kbsync.models import Chunk, DocState, DocStatus, SourceFile
-from kbsync.sparse import encode_document
-from kbsync.state import StateStore, utc_now
+from kbsync.text.sparse import encode_document
+from kbsync.ingest.state import StateStore, utc_now
 from kbsync.store.base import Filter, Point, VectorStore
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
     OS path, which the engines refuse.
 
     Each point carries the dense vector and the BM25 sparse vector of its text
-    (``kbsync.sparse.encode_document``; the collection must have ``sparse=True``).
+    (``kbsync.text.sparse.encode_document``; the collection must have ``sparse=True``).
     """
     points = []
     for chunk, vector, failed in zip(doc.chunks, doc.vectors, doc.failed, strict=True):

@@ -10,13 +10,13 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from kbsync.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
+from kbsync.text.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
 from kbsync.convert import CONVERTER_VERSION, convert
 from kbsync.settings import Settings
-from kbsync.sparse import SPARSE_VERSION
-from kbsync.state import StateStore, fingerprint
+from kbsync.text.sparse import SPARSE_VERSION
+from kbsync.ingest.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
-from kbsync.sync import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
+from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class Runtime:
     settings: Settings
     store: VectorStore
     states: StateStore
-    service: object  # kbsync.embed.pipeline.EmbeddingService
+    service: object  # kbsync.embed.service.EmbeddingService
     chunk_config: ChunkConfig
     _converter: object = field(default=None, repr=False)
     _converter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

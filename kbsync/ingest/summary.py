@@ -1,0 +1,113 @@
+"""The run summary (the JSON contract of ``kbsync ingest --json``) and how each
+step's results are added into it."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from kbsync.ingest.plan import RootPlan
+from kbsync.ingest.stages import StageResult
+from kbsync.models import Failure
+
+
+@dataclass
+class IngestSummary:
+    """The JSON contract of ``kbsync ingest --json`` (fields are stable).
+
+    Invariant: ``added + updated + unchanged + failed == files_seen``.
+    """
+
+    run_id: str
+    namespace: str
+    collection: str
+    mode: str
+    dry_run: bool
+    files_seen: int = 0
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: int = 0
+    ignored: int = 0
+    chunks_raw: int = 0
+    chunks_kept: int = 0
+    embeddings_computed: int = 0
+    embeddings_cached: int = 0
+    embeddings_failed: int = 0
+    duration_s: float = 0.0
+    failures: list[dict] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)
+    files_hashed: int = 0
+    partial: int = 0
+    embeddings_truncated: int = 0
+    warnings: list[str] = field(default_factory=list)
+    repaired: int = 0  # reprocessed because their points no longer matched the state
+    embedding_bisect_requests: int = 0  # requests spent isolating inputs an endpoint refused
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return asdict(self)
+
+    def merge(self, part: dict) -> None:
+        """Add a per-root summary (its dict form) into this one."""
+        for key, value in part.items():
+            if key in ("run_id", "namespace", "collection", "mode", "dry_run", "duration_s"):
+                continue
+            current = getattr(self, key)
+            setattr(self, key, current + value)
+
+    def embedding_outage(self) -> bool:
+        """True when documents needed embedding and every one of them failed to embed."""
+        embed_failures = [f for f in self.failures if f["error"] == "EmbeddingFailed"]
+        return bool(embed_failures) and self.added + self.updated == 0
+
+
+def new_run_id() -> str:
+    """A fresh run id (the Prefect flow uses its flow-run id instead)."""
+    return str(uuid.uuid4())
+
+
+def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
+    """Add a root's plan to the summary (files seen, unchanged, hashed, warnings)."""
+    counts = rp.plan.counts()
+    summary.roots.append(rp.root.name)
+    summary.files_seen += (counts["new"] + counts["changed"] + counts["unchanged"]
+                           + counts["heal"] + len(rp.plan.failures))
+    summary.unchanged += counts["unchanged"]
+    summary.ignored += len(rp.discovery.ignored)
+    summary.files_hashed += rp.plan.hashed
+    summary.warnings.extend(rp.warnings)
+    summary.warnings.extend(f.message for f in rp.discovery.problems)
+    _add_failures(summary, rp.plan.failures)
+
+
+def account_dry_run(summary: IngestSummary, rp: RootPlan) -> None:
+    """What a dry run reports: the plan's new/changed as added/updated, deletions as deleted."""
+    counts = rp.plan.counts()
+    summary.added += counts["new"]
+    summary.updated += counts["changed"] + counts["heal"]
+    summary.deleted += len(rp.to_delete)
+
+
+def account_stage(summary: IngestSummary, result: StageResult) -> None:
+    """Add a stage's counters and failures to the summary."""
+    for key, value in result.counters.items():
+        if hasattr(summary, key) and key not in ("failures",):
+            setattr(summary, key, getattr(summary, key) + value)
+    _add_failures(summary, result.failures)
+
+
+def _add_failures(summary: IngestSummary, failures: Sequence[Failure]) -> None:
+    summary.failures.extend(f.to_dict() for f in failures)
+    summary.failed += len(failures)
+
+
+def account_repaired(summary: IngestSummary, rp: RootPlan) -> None:
+    """Count the root's documents planned for repair that did not fail (all, in a dry run)."""
+    failed = {f["doc_id"] for f in summary.failures}
+    summary.repaired += sum(1 for i in rp.to_process() if i.repair and (
+        summary.dry_run or i.doc_id not in failed))
+
+
