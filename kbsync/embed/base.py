@@ -8,7 +8,7 @@ gets them the same way.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 
 class TextKind(str, Enum):
@@ -39,3 +39,32 @@ class EmbeddingProvider(Protocol):
             EmbeddingTransientError: retrying may help (429, 5xx, timeout).
             EmbeddingPermanentError: it will not (401, 400, malformed reply).
         """
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the ingest and query sides need of an embedding service
+    (:class:`kbsync.embed.service.EmbeddingService` is the one implementation).
+
+    ``embed_passages`` never raises for one bad text: a text that fails after
+    retries gets the flagged zero vector (``outcome.failed``); it raises only
+    for conditions of the whole run (a refused key, a wrong model).
+    """
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def input_fit(self) -> Any:
+        """The model's input limit (:class:`kbsync.text.chunk.InputFit`), or None."""
+
+    def embed_passages(self, texts: Sequence[str]) -> Any:
+        """One vector per text, with counters (:class:`kbsync.embed.service.EmbedOutcome`)."""
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of one query."""
