@@ -1,10 +1,17 @@
 """A write lock per (collection, namespace) so two ingests never interleave.
 
-For the embedded engine the lock is a file beside the store (``flock``), which
-the OS releases when the holder dies, so a crashed run never leaves it stuck.
-The holder writes who it is into the file (pid, namespace, what it is doing)
-so that a refused writer can name it; a stale record left by a dead holder is
-harmless because only the ``flock`` decides who holds the lock.
+For the embedded engine the lock is a file beside the store, locked with
+``flock`` through the ``filelock`` library; the OS releases it when the holder
+dies, so a crashed (even SIGKILLed) run never leaves it stuck. The holder writes
+who it is into the file (pid, namespace, what it is doing, since when) so that
+a refused writer can name it; a stale record left by a dead holder is harmless
+because only the ``flock`` decides who holds the lock.
+
+``filelock`` takes, waits for and releases the lock. Kept here: the holder
+record (written from filelock's ``on_acquired`` hook, while the lock is held),
+the one warning when a writer starts to wait, the one-line :class:`LockHeld`
+naming the holder, and :func:`probe`, which asks "is it held?" without taking
+the lock or creating the file (filelock has no such query).
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ import logging
 import os
 import re
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+
+from filelock import FileLock, Timeout
 
 from kbsync.errors import LockHeld
 
@@ -32,6 +41,8 @@ class Holder:
     pid: str = "?"
     namespace: str | None = None
     purpose: str | None = None
+    since: str | None = None
+    """When the holder took the lock (UTC, ISO 8601); absent in records of older versions."""
 
     def describe(self) -> str:
         """``an ingest of namespace 'x' (pid 12)``, with what is known."""
@@ -40,6 +51,10 @@ class Holder:
             what = f"an {self.purpose}"
         where = f" of namespace {self.namespace!r}" if self.namespace is not None else ""
         return f"{what}{where} (pid {self.pid})"
+
+    def held_since(self) -> str:
+        """`` since 2026-12-01T12:00:00Z``, or nothing when the record has no time."""
+        return f" since {self.since}" if self.since else ""
 
 
 def lock_path(home: Path, collection: str, namespace: str) -> Path:
@@ -82,9 +97,13 @@ def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5,
                scope: str | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` for the duration of the block.
 
+    Not reentrant: a second ``write_lock`` on the same path, even in the same
+    thread, is another writer and is refused (or waits) like one.
+
     Args:
-        path: the lock file (created if missing).
+        path: the lock file (created if missing; never deleted, so waiters share one inode).
         timeout_s: how long to wait for another holder; 0 refuses at once.
+        poll_s: how often a waiting writer tries again.
         namespace: recorded in the file for others' messages (the namespace written).
         purpose: recorded too (``ingest``, ``remove``, ...).
         scope: what the lock guards, in words, for the refusal message.
@@ -92,31 +111,53 @@ def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5,
         LockHeld: another process holds it past the timeout (names its pid and namespace).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
+    record = _record(namespace, purpose)
+    # fallback_to_soft=False: a soft (existence) lock would outlive a killed holder, and the
+    # release on death is the point of this lock. thread_local=False: the hold belongs to
+    # this block, not to the thread that entered it.
+    lock = FileLock(path, poll_interval=poll_s, thread_local=False, fallback_to_soft=False,
+                    on_acquired=lambda fd: _write_record(fd, record))
+    _acquire(lock, path, timeout_s=timeout_s, poll_s=poll_s, scope=scope)
     try:
-        deadline = time.monotonic() + timeout_s
-        announced = False
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = read_holder(path)
-                if time.monotonic() >= deadline:
-                    raise refusal(path, holder, scope, timeout_s) from None
-                if not announced:
-                    log.warning("waiting for the write lock held by %s (%s)",
-                                holder.describe(), path)
-                    announced = True
-                time.sleep(poll_s)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "namespace": namespace,
-                                 "purpose": purpose}))
-        handle.flush()
         yield
     finally:
-        handle.close()  # closing releases the flock
+        lock.release()
+
+
+def _acquire(lock: FileLock, path: Path, *, timeout_s: float, poll_s: float,
+             scope: str | None) -> None:
+    """Take ``lock`` at once, or warn once and wait up to ``timeout_s``; else raise LockHeld."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        lock.acquire(blocking=False)
+        return
+    except Timeout:
+        holder = read_holder(path)
+    if timeout_s <= 0:
+        raise refusal(path, holder, scope, timeout_s)
+    log.warning("waiting for the write lock held by %s%s (%s)", holder.describe(),
+                holder.held_since(), path)
+    try:
+        lock.acquire(timeout=max(deadline - time.monotonic(), 0.0), poll_interval=poll_s)
+    except Timeout:
+        raise refusal(path, read_holder(path), scope, timeout_s) from None
+
+
+def _record(namespace: str | None, purpose: str | None) -> bytes:
+    """The holder record this process writes into the lock file once it holds it."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return json.dumps({"pid": os.getpid(), "namespace": namespace, "purpose": purpose,
+                       "since": since}).encode()
+
+
+def _write_record(fd: int, record: bytes) -> None:
+    """filelock's ``on_acquired`` hook: replace the last holder's record with ours.
+
+    Runs while the flock is held and leaves the descriptor open and locked, as
+    filelock requires; a failure here rolls the acquisition back.
+    """
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record, 0)
 
 
 def refusal(path: Path, holder: Holder, scope: str | None, waited_s: float) -> LockHeld:
@@ -124,7 +165,8 @@ def refusal(path: Path, holder: Holder, scope: str | None, waited_s: float) -> L
     what = scope or "this collection and namespace"
     wait = (f"waited {waited_s:g} s" if waited_s else
             "set KBSYNC_LOCK_TIMEOUT_S to wait for it")
-    return LockHeld(f"{holder.describe()} is writing {what}; {wait} (lock {path})")
+    return LockHeld(f"{holder.describe()} is writing {what}{holder.held_since()}; {wait} "
+                    f"(lock {path})")
 
 
 def probe(path: Path) -> Holder | None:
@@ -158,7 +200,7 @@ def read_holder(path: Path) -> Holder:
     if not isinstance(data, dict):
         return Holder(pid=str(data))
     return Holder(pid=str(data.get("pid") or "?"), namespace=data.get("namespace"),
-                  purpose=data.get("purpose"))
+                  purpose=data.get("purpose"), since=data.get("since"))
 
 
 def refuse_if_held(settings, namespace: str) -> None:
