@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kbsync.errors import UsageError
-from kbsync.eval.run import (EvalQuery, QueryFileError, load_queries, parse_modes, queries_hash,
+from kbsync.errors import QueryFileError, UsageError
+from kbsync.eval.run import (EvalQuery, load_queries, parse_modes, queries_hash,
                              supported_search)
 from kbtest import REPO, SAMPLE
 

@@ -7,7 +7,7 @@ import pytest
 from fake_openai import FakeOpenAIServer
 from kbsync import api
 from kbsync.query.answer import check_citations, nothing_found
-from kbsync.query.llm import LLMNotConfigured
+from kbsync.errors import LLMNotConfigured
 
 DOCS = {
     "kb/keys.md": "# API keys\n\nTessera API keys must be rotated every 90 days. A rotated key "
@@ -89,8 +89,11 @@ def test_ask_command_prints_json_and_readable_sources(chat, capsys):
     import argparse
     import json
 
-    from kbsync.app import cli_query
+    from kbsync.app import cli_query, cli_support
 
+    # One JSON object per process: main() resets that per command, this test calls the
+    # command function directly (and runs after other CLI tests), so reset it here.
+    cli_support.reset_emitted()
     _, settings = chat
     parser = argparse.ArgumentParser()
     cli_query.register(parser.add_subparsers(dest="command"))

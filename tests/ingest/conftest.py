@@ -1,4 +1,4 @@
-"""Fixtures shared by the sync tests."""
+"""Fixtures shared by the ingest tests."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from kbsync.errors import UsageError
 from kbsync.ingest.runner import run_plain
 from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings
-from tests.chunk.test_chunk_fit import FourCharPieces, real_text
+from tests.text.test_chunk_fit import FourCharPieces, real_text
 
 
 def test_budget_rules() -> None:

@@ -8,9 +8,10 @@ import uuid
 
 import pytest
 
-from kbsync.errors import PermanentError, TransientError, UsageError
+from kbsync.errors import (LLMNotConfigured, LLMPermanentError, LLMTransientError, PermanentError,
+                           TransientError, UsageError)
 from kbsync.query.expand import HYDE_SYSTEM, parse_rephrasings
-from kbsync.query.llm import ChatClient, LLMNotConfigured, LLMPermanentError, LLMTransientError
+from kbsync.query.llm import ChatClient
 from kbsync.query.search import configured_llm, search
 from kbsync.settings import Settings
 from kbsync.text.sparse import encode_document

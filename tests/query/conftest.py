@@ -1,4 +1,4 @@
-"""Fixtures for the search tests: an embedded store, a hash-embedding service, a chat server."""
+"""Fixtures for the query tests: an embedded store, a hash-embedding service, a chat server."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Chunks fitted to an embedding model's input limit (ChunkConfig.fit).
 
 The fit re-plans a section with a smaller budget while one of its chunks is
-longer than the model reads. The properties of tests/chunk/test_chunk_properties.py
+longer than the model reads. The properties of tests/text/test_chunk_properties.py
 must still hold; a deterministic stand-in tokenizer (word pieces of at most four
 characters) drives the Hypothesis test, and the real all-MiniLM-L6-v2 tokenizer
 the test on real English and Chinese text.
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kbsync.text.chunk import ChunkConfig, chunk_markdown, count_tokens
 from kbsync.convert import convert
-from tests.chunk.test_chunk_properties import PROPS, check_invariants, markdowns
+from tests.text.test_chunk_properties import PROPS, check_invariants, markdowns
 
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 

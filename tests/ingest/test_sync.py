@@ -14,7 +14,8 @@ import pytest
 
 from kbtest import write_tree
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.plan import DeleteGuard, MassDeleteRefused
+from kbsync.errors import MassDeleteRefused
+from kbsync.ingest.plan import DeleteGuard
 from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
 from kbsync.query.search import search

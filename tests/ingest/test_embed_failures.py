@@ -15,7 +15,8 @@ from kbsync.ingest.discover import parse_root
 from kbsync.embed.base import TextKind
 from kbsync.embed.hash import HashEmbedder
 from kbsync.embed.service import EmbeddingService
-from kbsync.errors import EmbeddingTransientError
+from kbsync.errors import EmbeddingOutage, EmbeddingTransientError
+from kbsync.ingest.run_counts import counts_of
 from kbsync.ingest.runner import run_plain
 from kbsync.query.search import search
 from kbsync.store.base import Filter
@@ -59,7 +60,11 @@ def test_a_document_that_cannot_be_embedded_keeps_its_previous_version(flaky_run
     assert run(runtime, share)["added"] == 2
     before = snapshot(runtime)
     (share / "a.md").write_text("# A\n\nalpha rewritten FLAKY", encoding="utf-8")
-    summary = run(runtime, share)
+    # The one document that needed embedding failed: the run reads as an outage (the same
+    # rule in the flow and the plain loop), with its counts on the error.
+    with pytest.raises(EmbeddingOutage) as raised:
+        run(runtime, share)
+    summary = counts_of(raised.value)
     assert summary["failed"] == 1 and summary["updated"] == 0 and summary["unchanged"] == 1
     assert summary["failures"][0]["error"] == "EmbeddingFailed"
     assert snapshot(runtime) == before
