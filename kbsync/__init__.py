@@ -18,7 +18,22 @@ and no model; the heavy imports happen on first use.
 
 from __future__ import annotations
 
-from kbsync.query import search  # noqa: F401 - the module is callable (see its last lines)
-from kbsync.query.search import SearchMode, SearchResult, citation, search_kb
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kbsync.query import search  # the module is callable (see its last lines)
+    from kbsync.query.search import SearchMode, SearchResult, citation, search_kb
 
 __all__ = ["SearchMode", "SearchResult", "citation", "search", "search_kb"]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use (PEP 562): every ``kbsync.*`` import runs this file, and the query
+    # side costs ~70 ms that ``kbsync --help``, ``stats`` or an ingest do not need.
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from kbsync.query import search as module
+
+    value = module if name == "search" else getattr(module, name)
+    globals()[name] = value
+    return value

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                "drift found or left). "
                "Configuration comes from KBSYNC_* environment variables (see README).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    parser.add_argument("--version", action="version", version=f"kbsync {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
     ing = sub.add_parser("ingest", help="sync directories into the knowledge base (Prefect flow)")
@@ -82,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     cli_remove.register(sub)
     cli_verify.register(sub)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for (importlib.metadata costs ~20 ms)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show program's version number and exit", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(f"kbsync {_version()}\n")  # stdout and exit 0, as argparse's own
+        parser.exit()
 
 
 def _version() -> str:

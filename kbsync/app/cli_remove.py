@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from kbsync.app import cli_support
 from kbsync.app.cli_support import EXIT_OK, namespace_argument
 from kbsync.errors import UsageError
-from kbsync.ingest.remove import Removal, Target, measure, remove
+
+if TYPE_CHECKING:  # imported when `remove` runs: `kbsync --help` need not load the store wing
+    from kbsync.ingest.remove import Removal, Target
 
 
 def register(sub) -> None:
@@ -49,6 +51,8 @@ _root_name.__name__ = "root NAME"  # argparse names the type in its message
 
 def run_remove(args, settings) -> int:
     """``kbsync remove``: 0 removed (or nothing to remove, or declined), 2 usage error."""
+    from kbsync.ingest.remove import Removal, Target, remove
+
     if args.namespace is not None and args.namespace_of_root is not None:
         raise UsageError("argument --namespace-of-root: only goes with --root "
                          "(see `kbsync remove --help`)")
@@ -81,6 +85,8 @@ def run_remove(args, settings) -> int:
 
 def _measure(settings, target: Target) -> Removal:
     """What would go; opens nothing (creates nothing) when the store does not exist."""
+    from kbsync.ingest.remove import Removal, measure
+
     store = cli_support.indexed_store(settings)
     if store is None:
         return Removal(settings.collection, target.namespace, target.root)
