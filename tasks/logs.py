@@ -1,0 +1,41 @@
+"""The core's ``kbsync.*`` log records in the run's logs, however the run was started.
+
+The core logs through :mod:`logging` only (it has no Prefect import). Prefect
+forwards such loggers to the API when ``PREFECT_LOGGING_EXTRA_LOGGERS`` names
+them, but reads that setting once, when its first import configures logging.
+Only the CLI set it, and before importing Prefect; a worker's or
+``deployments/serve.py``'s flow-run process imports Prefect before it loads the
+entrypoint, so those runs lost every core warning (a converter's, a retried
+batch's). :func:`forward_core_logs` runs when the :mod:`tasks` package is first
+imported, which every flow module does, and so does every process that runs a
+task (a Dask worker included).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+CORE_LOGGER = "kbsync"
+"""The logger (and, by propagation, every ``kbsync.*`` one) whose records Prefect forwards."""
+
+
+def forward_core_logs() -> None:
+    """Send ``kbsync.*`` records to the run's logs, as ``PREFECT_LOGGING_EXTRA_LOGGERS`` would.
+
+    Adds ``kbsync`` to the variable (kept for processes started from this one),
+    imports Prefect (whose first import configures logging from it), and gives the
+    ``kbsync`` logger the handlers Prefect gives its extra loggers, those of
+    ``prefect.extra`` (the API log handler), in case Prefect was configured before.
+    Idempotent: a handler is added once.
+    """
+    listed = [name.strip() for name in os.environ.get("PREFECT_LOGGING_EXTRA_LOGGERS",
+                                                      "").split(",") if name.strip()]
+    if CORE_LOGGER not in listed:
+        os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = ",".join([*listed, CORE_LOGGER])
+    import prefect.logging.configuration  # noqa: F401 - configures logging on first import
+
+    core = logging.getLogger(CORE_LOGGER)
+    for handler in logging.getLogger("prefect.extra").handlers:
+        if handler not in core.handlers:
+            core.addHandler(handler)
