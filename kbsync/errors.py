@@ -1,29 +1,138 @@
-"""Typed errors, split by whether retrying can help.
+"""Typed errors, split by whether an automatic retry can help.
 
-``TransientError`` (rate limits, 5xx, timeouts, store unavailable) is retried by
-callers; ``PermanentError`` (bad input, wrong configuration) is reported once.
+The rule: every concrete kind sits on exactly one of two branches.
+
+- ``TransientError``: a retry **within seconds** may succeed (rate limit, 5xx,
+  timeout, store unavailable or locked, a file still being written). Prefect
+  task retries (``tasks/ingest_tasks.py::_transient``) and the embedding and
+  chat clients retry these, and only these. A transient kind may carry
+  ``retry_after``: the seconds the server asked us to wait, or None.
+- ``PermanentError``: retrying the same call soon cannot fix it (bad input,
+  wrong configuration, a store that drifted, a run that ended Failed). Also a
+  full disk (:class:`DiskFull`): space does not come back within seconds, and a
+  retry would only fill what little is left; a person frees space and re-runs.
+
+Families (:class:`EmbeddingError`, :class:`StoreFailure`, :class:`LLMError`)
+group kinds by where they come from, for ``except`` clauses; they are never
+raised themselves, so they belong to no branch (nor does the root
+:class:`KbsyncError`, which the CLI raises only for a flow state it cannot read).
+
+Every kind lives here, and its ``kind`` (the class name) is its
+:class:`ErrorCode`: the string reported in ``failures[].error`` and in the
+CLI's ``{"error": {"kind", ...}}``. Codes that are not exceptions
+(``EmbeddingFailed``, discovery's ``AmbiguousName``, ...) are members too.
 Vendor exceptions are translated into these at the adapter boundary
 (``raise StoreError(...) from exc``) so callers never depend on a vendor type.
 """
 
 from __future__ import annotations
 
+from enum import Enum
+
+
+class ErrorCode(str, Enum):
+    """Every error code that appears in JSON; values are the strings of the contract.
+
+    ``str()`` and ``format()`` give the value, so a code prints and serialises
+    exactly as the plain string did.
+    """
+
+    # the root and the branches (the CLI may report the root for an unreadable flow state)
+    KbsyncError = "KbsyncError"
+    TransientError = "TransientError"
+    PermanentError = "PermanentError"
+    UsageError = "UsageError"
+    # conversion
+    ConversionError = "ConversionError"
+    UnsupportedFormat = "UnsupportedFormat"
+    EncryptedDocument = "EncryptedDocument"
+    CorruptDocument = "CorruptDocument"
+    EmptyDocument = "EmptyDocument"
+    NoTextLayer = "NoTextLayer"
+    FileTooLarge = "FileTooLarge"
+    ArchiveBomb = "ArchiveBomb"
+    ConversionTimeout = "ConversionTimeout"
+    FileChangedDuringRead = "FileChangedDuringRead"
+    PermissionDenied = "PermissionDenied"
+    # embedding
+    EmbeddingError = "EmbeddingError"
+    EmbeddingTransientError = "EmbeddingTransientError"
+    EmbeddingPermanentError = "EmbeddingPermanentError"
+    EmbeddingOutage = "EmbeddingOutage"
+    BatchTooLarge = "BatchTooLarge"
+    InputRejected = "InputRejected"
+    DimensionMismatch = "DimensionMismatch"
+    # store
+    StoreFailure = "StoreFailure"
+    StoreError = "StoreError"
+    StoreUnavailable = "StoreUnavailable"
+    InvalidVector = "InvalidVector"
+    StoreDrift = "StoreDrift"
+    DiskFull = "DiskFull"
+    # ingest
+    LockHeld = "LockHeld"
+    InternalError = "InternalError"
+    RootConflict = "RootConflict"
+    EmbedderMismatch = "EmbedderMismatch"
+    MassDeleteRefused = "MassDeleteRefused"
+    OrchestratorUnavailable = "OrchestratorUnavailable"
+    RunEndedFailed = "RunEndedFailed"
+    FilesFailed = "FilesFailed"
+    # query and evaluation
+    LLMError = "LLMError"
+    LLMNotConfigured = "LLMNotConfigured"
+    LLMTransientError = "LLMTransientError"
+    LLMPermanentError = "LLMPermanentError"
+    QueryFileError = "QueryFileError"
+    RetrievalRegression = "RetrievalRegression"
+    # codes that are not exceptions
+    EmbeddingFailed = "EmbeddingFailed"  # every chunk of a document fell back (stages)
+    AmbiguousName = "AmbiguousName"  # discovery: two files map to one doc_id
+    SymlinkOutsideRoot = "SymlinkOutsideRoot"  # discovery: a link leaves the root
+    UnreadableEntry = "UnreadableEntry"  # discovery: a directory entry cannot be stat'ed
+    Interrupted = "Interrupted"  # the CLI: Ctrl-C (exit 130)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
 
 class KbsyncError(Exception):
     """Base of every error kbsync raises on purpose."""
 
     @property
-    def kind(self) -> str:
-        """The error's short name, as reported in ``failures[].error``."""
-        return type(self).__name__
+    def kind(self) -> ErrorCode:
+        """The error's code, as reported in ``failures[].error``: its class name.
+
+        A class without a code of its own (a subclass made outside this module,
+        which the house rules forbid) reports its nearest ancestor's.
+        """
+        for cls in type(self).__mro__:
+            code = ErrorCode.__members__.get(cls.__name__)
+            if code is not None:
+                return code
+        raise AssertionError("unreachable: KbsyncError has a code")
 
 
 class TransientError(KbsyncError):
-    """A failure that may succeed when retried (network, rate limit, 5xx)."""
+    """A failure that may succeed when retried within seconds (network, rate limit, 5xx).
+
+    Attributes:
+        retry_after: seconds the server asked to wait before the next attempt
+            (``Retry-After``), or None when it said nothing.
+    """
+
+    retry_after: float | None = None
+
+    def __init__(self, *args: object, retry_after: float | None = None) -> None:
+        super().__init__(*args)
+        self.retry_after = retry_after
 
 
 class PermanentError(KbsyncError):
-    """A failure that retrying with the same input cannot fix."""
+    """A failure that retrying the same call soon cannot fix."""
 
 
 class UsageError(PermanentError):
@@ -77,15 +186,24 @@ class PermissionDenied(ConversionError):
 
 # --- embedding --------------------------------------------------------------
 class EmbeddingError(KbsyncError):
-    """Base for embedding failures."""
+    """Family of embedding failures (never raised itself)."""
 
 
 class EmbeddingTransientError(EmbeddingError, TransientError):
-    """Rate limit, 5xx, timeout or connection failure from an embedding API."""
+    """Rate limit, 5xx, timeout or connection failure from an embedding API;
+    ``retry_after`` holds the server's Retry-After, if any."""
 
 
 class EmbeddingPermanentError(EmbeddingError, PermanentError):
     """Authentication, bad request, unknown model, or a malformed response."""
+
+
+class BatchTooLarge(EmbeddingPermanentError):
+    """The endpoint refuses this many inputs in one request (413, "batch size")."""
+
+
+class InputRejected(EmbeddingPermanentError):
+    """The endpoint refused this request's inputs (400/422 not about the batch size)."""
 
 
 class EmbeddingOutage(EmbeddingError, TransientError):
@@ -97,11 +215,16 @@ class DimensionMismatch(PermanentError):
 
 
 # --- store ------------------------------------------------------------------
-class StoreError(KbsyncError):
+class StoreFailure(KbsyncError):
+    """Family of vector store failures (never raised itself): catch this for "any store
+    error", unavailable included."""
+
+
+class StoreError(StoreFailure, PermanentError):
     """A vector store operation failed permanently."""
 
 
-class StoreUnavailable(StoreError, TransientError):
+class StoreUnavailable(StoreFailure, TransientError):
     """The vector store cannot be reached or is locked by another writer."""
 
 
@@ -109,11 +232,22 @@ class InvalidVector(PermanentError):
     """A vector is not finite, or is all zeros without being flagged."""
 
 
+class StoreDrift(PermanentError):
+    """The store no longer holds what the state records say (see ``kbsync verify``)."""
+
+
+class DiskFull(PermanentError):
+    """Not enough free space under KBSYNC_HOME for the next write; nothing was lost.
+
+    Permanent: space does not come back within seconds, so no automatic retry.
+    """
+
+
+# --- ingest -----------------------------------------------------------------
 class LockHeld(TransientError):
     """Another ingest holds the write lock for this collection and namespace."""
 
 
-# --- added for data safety on real shares (issues 10, 11) --------------------
 class InternalError(PermanentError):
     """An unexpected exception (a kbsync bug or a vendor library's), contained to
     the documents it hit: reported as their failure with a one-line message; the
@@ -128,19 +262,15 @@ class EmbedderMismatch(UsageError):
     """The configured embedder differs from the one the collection was built with."""
 
 
-class DiskFull(KbsyncError):
-    """Not enough free space under KBSYNC_HOME for the next write; nothing was lost."""
+class MassDeleteRefused(PermanentError):
+    """Full mode would delete too much of a root; nothing was deleted."""
 
 
 class OrchestratorUnavailable(TransientError):
     """The Prefect API stopped answering during a run; the run stops within a bound."""
 
 
-class StoreDrift(KbsyncError):
-    """The store no longer holds what the state records say (see ``kbsync verify``)."""
-
-
-class RunEndedFailed(KbsyncError):
+class RunEndedFailed(PermanentError):
     """A run that did its work but ends Failed, carrying its JSON result.
 
     Prefect resolves a Failed state's data into an exception; a plain dict there
@@ -161,6 +291,39 @@ class RunEndedFailed(KbsyncError):
 
 class FilesFailed(RunEndedFailed):
     """An ingest completed but some files failed (exit 3); ``result`` is the summary."""
+
+
+# --- query and evaluation ---------------------------------------------------
+class LLMError(KbsyncError):
+    """Family of chat model failures (never raised itself)."""
+
+
+class LLMNotConfigured(LLMError, UsageError):
+    """No chat model is configured (``KBSYNC_LLM_MODEL`` is unset)."""
+
+
+class LLMTransientError(LLMError, TransientError):
+    """Timeout, connection failure, 408/409/429 or 5xx, after every attempt;
+    ``retry_after`` holds the server's Retry-After, if any."""
+
+
+class LLMPermanentError(LLMError, PermanentError):
+    """Authentication, unknown model, bad request, or an empty or malformed reply."""
+
+
+class QueryFileError(UsageError):
+    """A query file with bad lines; ``problems`` lists ``(line number, message)``."""
+
+    def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
+        self.path = path
+        self.problems = problems
+        shown = "; ".join(f"line {n}: {msg}" if n else msg for n, msg in problems[:20])
+        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
+        super().__init__(f"{path}: {len(problems)} bad line(s): {shown}{more}")
+
+    def __reduce__(self):
+        # Rebuild from (path, problems): the default would call __init__ with the message.
+        return type(self), (self.path, self.problems)
 
 
 class RetrievalRegression(RunEndedFailed):

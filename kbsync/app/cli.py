@@ -162,7 +162,8 @@ def _failed(exc: BaseException, argv: list[str], args, settings) -> int:
             fields = _ingest_counts(exc, args, settings) if command == "ingest" else None
         except Exception:  # noqa: BLE001 - the error object goes out even without counts
             log.debug("could not build the ingest counts", exc_info=True)
-        cli_support.emit(cli_support.error_object(kind, message, fields))
+        cli_support.emit(cli_support.error_object(
+            kind, message, fields, retry_after=getattr(exc, "retry_after", None)))
     return code
 
 

@@ -6,7 +6,9 @@ Invariants the CLI keeps with these helpers:
 - a usage or configuration error is one line naming the argument or variable and
   the reason, and exits 2; no traceback reaches the terminal without ``-v``;
 - with ``--json``, stdout holds exactly one JSON object on every exit path
-  (:func:`emit` refuses a second one), ``{"error": {"kind", "message"}}`` on failure;
+  (:func:`emit` refuses a second one), ``{"error": {"kind", "message"}}`` on failure
+  (``kind`` an :class:`~kbsync.errors.ErrorCode`; plus ``retry_after`` in seconds
+  when the server of a transient failure asked for a wait);
 - without ``-v`` the terminal shows kbsync's own warnings and other libraries'
   errors, one line each; Prefect's engine logs (which repeat a failed run's
   exception with its traceback) stay in the Prefect UI; ``-v`` shows everything.
@@ -22,7 +24,7 @@ import os
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
-from kbsync.errors import KbsyncError, StoreUnavailable, UsageError
+from kbsync.errors import ErrorCode, KbsyncError, StoreUnavailable, UsageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 NAMESPACE_MAX = 200  # the ingest flow's parameter schema allows 1..200 characters
@@ -156,10 +158,10 @@ def setup_logging(verbose: bool) -> None:
 
 
 # -- outcome --------------------------------------------------------------------------------
-def classify(exc: BaseException, settings=None) -> tuple[int, str, str]:
+def classify(exc: BaseException, settings=None) -> tuple[int, ErrorCode, str]:
     """``(exit code, kind, one-line message)`` of an exception that ended a command."""
     if isinstance(exc, KeyboardInterrupt):
-        return EXIT_INTERRUPTED, "Interrupted", "interrupted"
+        return EXIT_INTERRUPTED, ErrorCode.Interrupted, "interrupted"
     if isinstance(exc, UsageError):
         return EXIT_USAGE, exc.kind, one_line(str(exc))
     if isinstance(exc, KbsyncError):
@@ -169,7 +171,7 @@ def classify(exc: BaseException, settings=None) -> tuple[int, str, str]:
             message += f" (KBSYNC_QDRANT_URL={safe_url(url)})"
         return EXIT_FAILED, exc.kind, message
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return EXIT_FAILED, "InternalError", f"{type(exc).__name__}: {first}".rstrip(": ")
+    return EXIT_FAILED, ErrorCode.InternalError, f"{type(exc).__name__}: {first}".rstrip(": ")
 
 
 def one_line(text: str) -> str:
@@ -196,9 +198,16 @@ def print_error(code: int, kind: str, message: str) -> None:
     print(f"kbsync: {prefix}: {message}", file=sys.stderr, flush=True)
 
 
-def error_object(kind: str, message: str, fields: dict | None = None) -> dict:
-    """The JSON object of a failed command: ``fields`` (e.g. ingest's counts) plus ``error``."""
-    return {**(fields or {}), "error": {"kind": kind, "message": message}}
+def error_object(kind: ErrorCode, message: str, fields: dict | None = None, *,
+                 retry_after: float | None = None) -> dict:
+    """The JSON object of a failed command: ``fields`` (e.g. ingest's counts) plus ``error``.
+
+    ``error.retry_after`` (seconds) is there only when the failure carried one.
+    """
+    error: dict = {"kind": str(kind), "message": message}
+    if retry_after is not None:
+        error["retry_after"] = retry_after
+    return {**(fields or {}), "error": error}
 
 
 def emit(obj: dict) -> None:

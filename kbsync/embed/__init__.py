@@ -10,22 +10,19 @@ import hashlib
 import threading
 
 from kbsync.embed.base import EmbeddingProvider, TextKind
-from kbsync.embed.bisect import InputRejected
 from kbsync.embed.cache import EmbeddingCache, cache_key
 from kbsync.embed.hash import HashEmbedder
-from kbsync.embed.service import BatchResult, BatchTooLarge, EmbeddingService, EmbedOutcome
+from kbsync.embed.service import BatchResult, EmbeddingService, EmbedOutcome
 from kbsync.errors import UsageError
 from kbsync.settings import DEFAULT_HASH_DIMENSION, EmbedProvider, Settings
 
 __all__ = [
     "BatchResult",
-    "BatchTooLarge",
     "EmbedOutcome",
     "EmbeddingCache",
     "EmbeddingProvider",
     "EmbeddingService",
     "HashEmbedder",
-    "InputRejected",
     "TextKind",
     "build_embedding_service",
     "build_provider",

@@ -25,11 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
-
-
-class InputRejected(EmbeddingPermanentError):
-    """The endpoint refused this request's inputs (400/422 not about the batch size)."""
+from kbsync.errors import EmbeddingTransientError, InputRejected
 
 
 @dataclass

@@ -10,21 +10,18 @@ appears in a message: server messages are scrubbed before they are quoted.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import math
 import re
 import threading
-import time
 from typing import Any, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 
 from kbsync.embed.base import TextKind
-from kbsync.embed.bisect import InputRejected
-from kbsync.embed.service import BatchTooLarge, BatchResult
-from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
+from kbsync.embed.service import BatchResult
+from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError, InputRejected
+from kbsync.openai_http import parse_retry_after, redact_url, scrub, server_message
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +31,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # almost any text; lower it for models with a 2,048-token limit (DashScope v2).
 DEFAULT_MAX_INPUT_CHARS = 8000
 _TRANSIENT_STATUS = {408, 409, 429}
-MESSAGE_LIMIT = 300
 # 400/422 messages that mean "fewer inputs per request would work", as worded
 # by OpenAI ("Too many inputs"), DashScope ("batch size is invalid, it should
 # not be larger than 10"), vLLM/TEI ("batch size ... exceeds") and OpenAI's
@@ -44,42 +40,6 @@ _BATCH_MESSAGE = re.compile(
     r"|array too long|tokens per request|should not be larger than",
     re.IGNORECASE,
 )
-KEYLIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{6,}", re.IGNORECASE)
-
-
-def redact_url(url: str) -> str:
-    """``url`` without user:password, for messages."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
-def parse_retry_after(headers: Any) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date).
-
-    Returns None when absent, unparseable, negative or not finite.
-    """
-    if headers is None:
-        return None
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / divisor
-        except ValueError:
-            parsed = email.utils.parsedate_tz(value) if name == "retry-after" else None
-            if parsed is None:
-                continue
-            seconds = email.utils.mktime_tz(parsed) - time.time()
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
-        return None
-    return None
 
 
 class OpenAIEmbedder:
@@ -204,13 +164,10 @@ class OpenAIEmbedder:
             # Our message keeps the status and the scrubbed server message.
             raise self._status_error(exc) from None
         except openai.APITimeoutError as exc:
-            err = EmbeddingTransientError(f"{self._where()}: request timed out")
-            err.retry_after = None
-            raise err from exc
+            raise EmbeddingTransientError(f"{self._where()}: request timed out") from exc
         except openai.APIConnectionError as exc:
-            err = EmbeddingTransientError(f"{self._where()}: connection failed ({self._scrub(str(exc.__cause__ or exc))})")
-            err.retry_after = None
-            raise err from exc
+            raise EmbeddingTransientError(
+                f"{self._where()}: connection failed ({self._scrub(str(exc.__cause__ or exc))})") from exc
         except (openai.APIResponseValidationError, ValueError, TypeError, KeyError) as exc:
             # ValueError covers json.JSONDecodeError from a body that is not JSON.
             # Not chained, as above: the cause may quote the body.
@@ -263,9 +220,7 @@ class OpenAIEmbedder:
         if status == 429 and "insufficient_quota" in code:
             return EmbeddingPermanentError(text + " (quota exhausted; retrying will not help)")
         if status in _TRANSIENT_STATUS or status >= 500:
-            err = EmbeddingTransientError(text)
-            err.retry_after = parse_retry_after(exc.response.headers)
-            return err
+            return EmbeddingTransientError(text, retry_after=parse_retry_after(exc.response.headers))
         if status == 413 or (status in (400, 422) and _BATCH_MESSAGE.search(message)):
             return BatchTooLarge(text)
         if status in (400, 422):  # about these inputs: the service bisects the batch
@@ -285,29 +240,3 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:  # no key, by construction
         return f"OpenAIEmbedder(model={self.model!r}, endpoint={self.endpoint!r})"
-
-
-def scrub(text: str, secret: str | None) -> str:
-    """``text`` without the key (verbatim or key-like tokens), cut to a one-line size."""
-    if secret:
-        text = text.replace(secret, "[redacted]")
-    return KEYLIKE.sub("[redacted]", text)[:MESSAGE_LIMIT]
-
-
-def server_message(exc: openai.APIStatusError) -> str:
-    """The server's own error text: ``error.message`` of an OpenAI-style body, else the body."""
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-        if body.get("message"):
-            return str(body["message"])
-    if isinstance(body, str) and body.strip():
-        return body.strip()
-    try:
-        return exc.response.text.strip() or exc.response.reason_phrase
-    except Exception:  # noqa: BLE001 - a streaming body may be unreadable; the status still says enough
-        return "no message"

@@ -8,7 +8,8 @@ behaviour:
 * misses go out in batches of ``batch_size``; a :class:`BatchTooLarge` answer
   halves the batch and the smaller size is kept for the service's life;
 * transient errors are retried with exponential backoff and full jitter,
-  waiting at least the server's ``Retry-After``, at most ``max_attempts`` times;
+  waiting at least the server's ``Retry-After``, at most ``max_attempts`` times
+  (:mod:`kbsync.retrying`, on tenacity);
 * a batch that fails for good (attempts exhausted, or its inputs rejected with
   a 400/422) is bisected (:mod:`kbsync.embed.bisect`) down to the inputs that
   fail; only those get zero vectors and ``failed`` flags (never cached), so the
@@ -31,17 +32,14 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 from kbsync.embed.base import EmbeddingProvider, TextKind
-from kbsync.embed.bisect import InputRejected, bisect_batch, bisect_budget
+from kbsync.embed.bisect import bisect_batch, bisect_budget
 from kbsync.embed.cache import EmbeddingCache, cache_key, pack_vector, unpack_vector
-from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
+from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError, InputRejected
+from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class BatchTooLarge(EmbeddingPermanentError):
-    """The endpoint refuses this many inputs in one request (413, "batch size")."""
 
 
 @dataclass
@@ -366,28 +364,24 @@ class EmbeddingService:
         return result
 
     def _retrying(self, fn: Callable[[], T], attempts: int, retries: list[int]) -> T:
-        """Call ``fn``; retry EmbeddingTransientError up to ``attempts`` calls in all."""
-        for attempt in range(1, attempts + 1):
-            try:
-                return fn()
-            except EmbeddingTransientError as exc:
-                if attempt >= attempts:
-                    raise
-                delay = self._delay(attempt, getattr(exc, "retry_after", None))
-                retries[0] += 1
-                log.info("embedding: transient error (attempt %d/%d), retrying in %.2fs: %s",
-                         attempt, attempts, delay, exc)
-                self._sleep(delay)
-        raise AssertionError("unreachable")  # attempts >= 1 always returns or raises above
+        """Call ``fn``; retry EmbeddingTransientError up to ``attempts`` calls in all
+        (:func:`kbsync.retrying.call_with_retries`), counting retries in ``retries[0]``."""
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """Full jitter over an exponential ceiling, but never less than Retry-After."""
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2 ** (attempt - 1)))
+        def on_retry(exc: BaseException, attempt: int, delay: float) -> None:
+            retries[0] += 1
+            log.info("embedding: transient error (attempt %d/%d), retrying in %.2fs: %s",
+                     attempt, attempts, delay, exc)
+
+        wait = FullJitterAtLeastRetryAfter(
+            base_s=self.backoff_base_s, max_s=self.backoff_max_s,
+            retry_after_max_s=self.retry_after_max_s, uniform=self._uniform)
+        return call_with_retries(fn, retry_on=EmbeddingTransientError, attempts=attempts,
+                                 wait=wait, sleep=self._sleep, on_retry=on_retry)
+
+    def _uniform(self, low: float, high: float) -> float:
+        """A jitter draw from the service's source (shared by threads, so locked)."""
         with self._lock:
-            delay = self._rng.uniform(0.0, ceiling)
-        if retry_after is not None and retry_after > 0:
-            delay = max(delay, min(float(retry_after), self.retry_after_max_s))
-        return delay
+            return self._rng.uniform(low, high)
 
     def _shrink(self, size: int) -> None:
         with self._lock:

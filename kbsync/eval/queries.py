@@ -18,22 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from kbsync.errors import UsageError
-
-
-class QueryFileError(UsageError):
-    """A query file with bad lines; ``problems`` lists ``(line number, message)``."""
-
-    def __init__(self, path: str, problems: list[tuple[int, str]]) -> None:
-        self.path = path
-        self.problems = problems
-        shown = "; ".join(f"line {n}: {msg}" if n else msg for n, msg in problems[:20])
-        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
-        super().__init__(f"{path}: {len(problems)} bad line(s): {shown}{more}")
-
-    def __reduce__(self):
-        # Rebuild from (path, problems): the default would call __init__ with the message.
-        return type(self), (self.path, self.problems)
+from kbsync.errors import QueryFileError, UsageError
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from typing import Any, Sequence
 
 from kbsync.eval import metrics as m
 from kbsync.errors import UsageError
-from kbsync.eval.queries import EvalQuery, QueryFileError, load_queries, queries_hash
+from kbsync.eval.queries import EvalQuery, load_queries, queries_hash
 from kbsync.query.expand import MAX_MQE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryFileError", "QueryOutcome",
+__all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryOutcome",
            "aggregate", "build_result", "check_labels", "evaluate_plain", "load_queries",
            "parse_modes", "queries_hash", "run_mode"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from kbsync.errors import UsageError
+from kbsync.errors import ErrorCode, UsageError
 from kbsync.models import Failure, RootSpec, SourceFile, display_path, display_text
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ def discover(
         try:
             info = directory.stat()
         except OSError as exc:
-            _problem(result, rel_dir, directory, "PermissionDenied", exc)
+            _problem(result, rel_dir, directory, ErrorCode.PermissionDenied, exc)
             continue
         if (info.st_dev, info.st_ino) in visited:
             continue  # symlink loop or second link to the same directory
@@ -151,7 +151,7 @@ def discover(
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError as exc:
-            _problem(result, rel_dir, directory, "PermissionDenied", exc)
+            _problem(result, rel_dir, directory, ErrorCode.PermissionDenied, exc)
             continue
         subdirs = []
         for entry in entries:
@@ -181,7 +181,7 @@ def _drop_ambiguous(result: Discovery) -> None:
         if kept and kept[-1].doc_id == source.doc_id:
             first, other = sorted((kept[-1], source), key=lambda f: f.display != str(f.path))
             kept[-1] = first
-            _problem(result, other.rel_path, other.path, "AmbiguousName",
+            _problem(result, other.rel_path, other.path, ErrorCode.AmbiguousName,
                      f"skipped: its name shows as {other.doc_id}, the doc_id of another "
                      "file (one spelled with a literal \\x); rename one of them")
             continue
@@ -199,13 +199,13 @@ def _classify(entry: os.DirEntry, root: RootSpec, rel_dir: str, result: Discover
         if entry.is_symlink():
             target = path.resolve()
             if not _within(target, root.path):
-                _problem(result, rel, path, "SymlinkOutsideRoot",
+                _problem(result, rel, path, ErrorCode.SymlinkOutsideRoot,
                          f"symlink points outside the root to {target}")
                 return None
         is_dir = entry.is_dir()  # follows symlinks, which are inside the root here
         is_file = entry.is_file()
     except (OSError, RuntimeError) as exc:  # RuntimeError: resolve() on a loop
-        _problem(result, rel, path, "UnreadableEntry", exc)
+        _problem(result, rel, path, ErrorCode.UnreadableEntry, exc)
         return None
     if is_dir:
         return "dir", path, rel
@@ -221,7 +221,7 @@ def _add_file(result: Discovery, root: RootSpec, path: Path, rel: str, accept) -
     try:
         info = path.stat()
     except OSError as exc:
-        _problem(result, rel, path, "PermissionDenied", exc)
+        _problem(result, rel, path, ErrorCode.PermissionDenied, exc)
         return
     if not stat.S_ISREG(info.st_mode):
         return
@@ -231,7 +231,7 @@ def _add_file(result: Discovery, root: RootSpec, path: Path, rel: str, accept) -
     ))
 
 
-def _problem(result: Discovery, rel: str, path: Path, error: str, reason) -> None:
+def _problem(result: Discovery, rel: str, path: Path, error: ErrorCode, reason) -> None:
     doc_id = f"{result.root.name}/{rel}" if rel else result.root.name
     # The reason may name another raw path (a symlink's target): escape the whole line.
     message = display_text(f"{path}: {reason}")

@@ -8,17 +8,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from kbsync.convert import is_supported
-from kbsync.errors import PermanentError
+from kbsync.errors import MassDeleteRefused
 from kbsync.ingest.discover import Discovery, discover
 from kbsync.ingest.state import Plan, PlanItem, plan_files
 from kbsync.ingest.verify import StoreCheck, check_root, damaged_documents
 from kbsync.models import PlanAction, RootSpec, SyncMode, display_path
 
 log = logging.getLogger(__name__)
-
-
-class MassDeleteRefused(PermanentError):
-    """Full mode would delete too much of a root; nothing was deleted."""
 
 
 @dataclass(frozen=True)

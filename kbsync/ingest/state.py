@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
+from kbsync.errors import ErrorCode
 from kbsync.ingest.discover import hash_file
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.store.base import Filter, Point, VectorStore
@@ -237,7 +238,7 @@ def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
     try:
         digest = hash_file(source.path)
     except OSError as exc:
-        plan.failures.append(Failure(source.doc_id, source.display, "PermissionDenied",
+        plan.failures.append(Failure(source.doc_id, source.display, ErrorCode.PermissionDenied,
                                      f"{source.display}: cannot read: {exc.strerror or exc}"))
         return None
     plan.hashed += 1

@@ -203,7 +203,7 @@ def build_chat_client(settings) -> ChatModel:
     """The configured chat model (``KBSYNC_LLM_*``).
 
     Raises:
-        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``kbsync.query.llm.LLMNotConfigured``).
+        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``kbsync.errors.LLMNotConfigured``).
     """
     from kbsync.query.llm import ChatClient  # imported late: the openai package takes ~1 s
 

@@ -11,7 +11,7 @@
   passage that would answer the query; the passage is embedded as a
   *passage*, so it lands where answering chunks are.
 
-Functions here raise the model's own errors (``kbsync.query.llm.LLMError``);
+Functions here raise the model's own errors (``kbsync.errors.LLMError``);
 :mod:`kbsync.query.search` turns a failure into a fallback with a note.
 """
 

@@ -6,44 +6,31 @@ Used for query expansion (MQE, HyDE) and for answers. Configured by
 
 The official ``openai`` client does the HTTP with ``max_retries=0``: the
 bounded retries (transient errors only, exponential backoff with jitter, at
-least the server's ``Retry-After`` up to a cap) are ours, so their number is
-known and logged. Every client error becomes an :class:`LLMError` subclass,
-and the key never appears in a message (server messages are scrubbed).
+least the server's ``Retry-After`` up to a cap; :mod:`kbsync.retrying`) are
+ours, so their number is known and logged. Every client error becomes an
+:class:`~kbsync.errors.LLMError` kind, and the key never appears in a message
+(server messages are scrubbed).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from typing import Any, Callable
 
 import openai
 
-from kbsync.embed.openai_provider import parse_retry_after, redact_url, scrub, server_message
-from kbsync.errors import KbsyncError, PermanentError, TransientError, UsageError
+from kbsync.errors import LLMError, LLMNotConfigured, LLMPermanentError, LLMTransientError
+from kbsync.openai_http import parse_retry_after, redact_url, scrub, server_message
+from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _TRANSIENT_STATUS = {408, 409, 429}
 _MAX_BACKOFF_S = 8.0  # one search must not hang for minutes on a rate limit
-
-
-class LLMError(KbsyncError):
-    """Base of chat model failures."""
-
-
-class LLMNotConfigured(LLMError, UsageError):
-    """No chat model is configured (``KBSYNC_LLM_MODEL`` is unset)."""
-
-
-class LLMTransientError(LLMError, TransientError):
-    """Timeout, connection failure, 408/409/429 or 5xx, after every attempt."""
-
-
-class LLMPermanentError(LLMError, PermanentError):
-    """Authentication, unknown model, bad request, or an empty or malformed reply."""
+# Full jitter from 0.5 s doubling, at least Retry-After; every wait at most the cap.
+_WAIT = FullJitterAtLeastRetryAfter(base_s=0.5, max_s=_MAX_BACKOFF_S, retry_after_max_s=_MAX_BACKOFF_S)
 
 
 class ChatClient:
@@ -107,17 +94,9 @@ class ChatClient:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                return self._once(messages, max_tokens, temperature)
-            except LLMTransientError as exc:
-                if attempt == self.max_attempts:
-                    raise
-                delay = self._delay(attempt, getattr(exc, "retry_after", None))
-                log.warning("%s (attempt %d of %d); retrying in %.1fs", exc, attempt,
-                            self.max_attempts, delay)
-                self._sleep(delay)
-        raise AssertionError("unreachable")  # the loop returns or raises
+        return call_with_retries(
+            lambda: self._once(messages, max_tokens, temperature), retry_on=LLMTransientError,
+            attempts=self.max_attempts, wait=_WAIT, sleep=self._sleep, on_retry=self._log_retry)
 
     # -- internals ----------------------------------------------------------------------------
     def _once(self, messages: list[dict], max_tokens: int, temperature: float) -> str:
@@ -149,19 +128,15 @@ class ChatClient:
         status = exc.status_code
         text = f"{self._where()}: HTTP {status}: {self._scrub(server_message(exc))}"
         if status in _TRANSIENT_STATUS or status >= 500:
-            err = LLMTransientError(text)
-            err.retry_after = parse_retry_after(exc.response.headers)  # type: ignore[attr-defined]
-            return err
+            return LLMTransientError(text, retry_after=parse_retry_after(exc.response.headers))
         if status in (401, 403):
             return LLMPermanentError(text + " (check KBSYNC_LLM_API_KEY)")
         if status == 404:
             return LLMPermanentError(text + " (check KBSYNC_LLM_BASE_URL and KBSYNC_LLM_MODEL)")
         return LLMPermanentError(text)
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """Full-jitter exponential backoff, at least ``Retry-After``, at most the cap."""
-        backoff = random.uniform(0.0, min(_MAX_BACKOFF_S, 0.5 * 2 ** (attempt - 1)))
-        return min(_MAX_BACKOFF_S, max(backoff, retry_after or 0.0))
+    def _log_retry(self, exc: BaseException, attempt: int, delay: float) -> None:
+        log.warning("%s (attempt %d of %d); retrying in %.1fs", exc, attempt, self.max_attempts, delay)
 
     def _where(self) -> str:
         return f"chat endpoint {self.endpoint} (model {self.model!r})"

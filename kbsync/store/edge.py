@@ -38,7 +38,7 @@ import qdrant_edge as qe
 
 from kbsync.store import diskspace
 from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
-                           StoreUnavailable)
+                           StoreFailure, StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store import edge_query as eq
 from kbsync.store.base import DENSE, Filter, Point, ScoredPoint, SparseVec
@@ -412,7 +412,7 @@ class EdgeStore:
         if self._relay is None:
             try:
                 self._relay = RelayServer.start(self, Path(socket_path))
-            except StoreError as exc:
+            except StoreFailure as exc:
                 log.warning("other processes cannot read this store while it is open: %s", exc)
         return self._relay is not None
 

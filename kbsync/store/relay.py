@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kbsync.errors import KbsyncError, StoreError, StoreUnavailable
+from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store.base import Filter, Match, Point, ScoredPoint, SparseVec
 
 log = logging.getLogger(__name__)
@@ -317,7 +317,7 @@ class RelayServer:
             conn.settimeout(1.0)
             recv_frame(conn)
             send_frame(conn, error_reply(busy))
-        except (OSError, StoreError):
+        except (OSError, StoreFailure):
             pass  # the reader sees the connection closed and reports it
         finally:
             conn.close()
@@ -331,9 +331,9 @@ class RelayServer:
                     return
                 try:
                     send_frame(conn, self.answer(request))
-                except StoreError as exc:  # the reply is too large: say so instead
+                except StoreFailure as exc:  # the reply is too large: say so instead
                     send_frame(conn, error_reply(exc))
-        except (OSError, StoreError) as exc:  # the reader went away or spoke garbage
+        except (OSError, StoreFailure) as exc:  # the reader went away or spoke garbage
             log.debug("relay connection closed: %s", exc)
         finally:
             with self._lock:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import kbsync.errors as errors
-from kbsync.errors import KbsyncError, StoreError, StoreUnavailable
+from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
 from kbsync.store import relay
 from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
@@ -171,7 +171,7 @@ class RelayStore:
         except OSError as exc:
             self._drop()
             raise self._gone(op, exc) from exc
-        except StoreError:
+        except StoreFailure:
             self._drop()
             raise
         if reply is None:

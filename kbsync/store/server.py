@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 
 from qdrant_client import QdrantClient, models
 
-from kbsync.errors import DimensionMismatch, StoreError, StoreUnavailable
+from kbsync.errors import DimensionMismatch, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
 from kbsync.store import server_query as sq
 from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Point, ScoredPoint, SparseVec
@@ -142,7 +142,7 @@ class ServerStore:
                            sparse_vectors_config=sparse_config)
                 log.info("created qdrant collection %s (dim %d%s)", name, dimension,
                          ", sparse" if sparse else "")
-            except StoreError:
+            except StoreFailure:
                 # Another process may have created it between our check and create.
                 existing = self.collection_dimension(name)
                 if existing is None:

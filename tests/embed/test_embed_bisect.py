@@ -18,9 +18,10 @@ import random
 import pytest
 
 from kbsync.ingest.discover import parse_root
-from kbsync.embed import EmbeddingCache, EmbeddingService, InputRejected, clear_service_cache
+from kbsync.embed import EmbeddingCache, EmbeddingService, clear_service_cache
 from kbsync.embed.bisect import bisect_budget
 from kbsync.embed.openai_provider import OpenAIEmbedder
+from kbsync.errors import InputRejected
 from kbsync.ingest.runner import run_plain
 from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings

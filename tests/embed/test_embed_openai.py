@@ -17,9 +17,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from kbsync.embed import BatchTooLarge, EmbeddingCache, EmbeddingService
-from kbsync.embed.openai_provider import OpenAIEmbedder, parse_retry_after
-from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
+from kbsync.embed import EmbeddingCache, EmbeddingService
+from kbsync.embed.openai_provider import OpenAIEmbedder
+from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError
+from kbsync.openai_http import parse_retry_after
 from tests.fake_openai import Fault, FakeOpenAIServer
 
 KEY = "sk-test-SECRETKEY-0123456789"

@@ -45,9 +45,7 @@ class AlwaysDown(HashEmbedder):
 
     def embed_batch(self, texts, kind=TextKind.PASSAGE):
         self.calls += 1
-        err = EmbeddingTransientError("endpoint down")
-        err.retry_after = self.retry_after
-        raise err
+        raise EmbeddingTransientError("endpoint down", retry_after=self.retry_after)
 
 
 class Broken(HashEmbedder):
