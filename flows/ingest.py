@@ -1,94 +1,35 @@
-"""The ``ingest`` flow: roots -> (one subflow per root) -> batches of
-convert -> chunk -> embed -> upsert, then the run summary.
+"""The ``ingest`` flow: the ingest runner (:mod:`kbsync.ingest.runner`) on Prefect.
 
-The flow only arranges tasks; the work lives in ``kbsync`` and ``tasks``.
-It ends Failed when any file failed (after writing the summary artifact) and
-returns the JSON summary either way.
+Each step runs as a task (``convert pydoc 3/15``) and each root as an
+``ingest-root`` subflow (:mod:`flows.executor`). The flow ends Failed when any
+file failed (after writing the summary artifact) and returns the JSON summary
+either way (on a Failed run, as the result of its :class:`FilesFailed`).
 """
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from typing import Annotated
 
 from prefect import flow, get_run_logger
-from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.states import Failed
-from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 
-from kbsync.ingest.discover import iter_batches, local_root, parse_root, root_parameter
-from kbsync.errors import EmbeddingOutage, FilesFailed, UsageError
+from flows.executor import PrefectExecutor
+from kbsync.errors import EmbeddingOutage, FilesFailed
+from kbsync.ingest.discover import local_root, parse_root
 from kbsync.ingest.plan import DeleteGuard
-from kbsync.ingest.summary import IngestSummary, account_dry_run, account_plan, account_repaired, account_stage, new_run_id
-from kbsync.models import PlanAction, SyncMode
-from kbsync.ingest.run_counts import attach, keep_counts
+from kbsync.ingest.run_counts import counts_of
+from kbsync.ingest.runner import IngestRequest, run_ingest
+from kbsync.ingest.summary import new_run_id
+from kbsync.models import SyncMode
 from kbsync.settings import Settings
-from tasks import ingest_tasks as t
-from tasks.locking import run_lock
-from tasks.artifacts import publish_summary, report_progress, start_progress
+from tasks.artifacts import publish_summary
 from tasks.resources import release
-from tasks.runners import build_task_runner
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
 # Parameter descriptions live in the flow's Args docstring: Prefect builds the deployment's
 # parameter schema (the UI form) from it and drops `Field(description=...)` metadata.
-
-
-@flow(name="ingest-root", task_runner=ThreadPoolTaskRunner(max_workers=3),
-      flow_run_name="ingest-root-{root_name}")
-def ingest_root(root: str, root_name: str, namespace: str, mode: SyncMode, force: bool, dry_run: bool,
-                include: list[str], exclude: list[str], allow_mass_delete: bool,
-                max_delete_fraction: float, run_id: str) -> dict:
-    """One root: plan, then batches through the four stages, then deletions.
-
-    The plan also reprocesses documents whose points no longer match their state
-    (``kbsync.ingest.verify.check_root``), counted in ``repaired``.
-    """
-    logger = get_run_logger()
-    settings = Settings()
-    spec = parse_root(local_root(root))
-    summary = IngestSummary(run_id=run_id, namespace=namespace, collection=settings.collection,
-                            mode=mode.value, dry_run=dry_run)
-    guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
-    rp = t.plan_root(spec, settings, namespace=namespace, mode=mode, force=force,
-                     include=include, exclude=exclude, guard=guard)
-    account_plan(summary, rp)
-    logger.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
-    if dry_run:
-        account_dry_run(summary, rp)
-        account_repaired(summary, rp)
-        return summary.to_dict()
-    with keep_counts(summary):  # a failure still reports the batches done (run_counts)
-        batches = list(iter_batches(rp.to_process(), settings.files_per_batch))
-        progress = start_progress(spec.name) if batches else None
-        # A bounded window of batches in flight: a run-level error (DiskFull, a lost store)
-        # stops the run after the batches already started instead of running every one.
-        window, pending, done = 2 * settings.task_workers, deque(), 0
-        for number, batch in enumerate(batches, 1):
-            converted = t.convert_batch.submit(batch, settings)
-            chunked = t.chunk_batch.submit(converted, settings)
-            embedded = t.embed_batch.submit(chunked, settings)
-            written = t.upsert_batch.submit(embedded, settings, namespace=namespace,
-                                            run_id=run_id)
-            pending.append((converted, chunked, embedded, written))
-            while pending and (len(pending) > window or number == len(batches)):
-                futures = pending.popleft()
-                wait(list(futures))
-                for future in futures:
-                    account_stage(summary, future.result())
-                done += 1
-                report_progress(progress, done, len(batches))
-                logger.info("root %s: batch %d/%d done", spec.name, done, len(batches))
-        healing = rp.plan.of(PlanAction.HEAL)
-        if healing:
-            account_stage(summary, t.heal_batch(healing, settings, namespace=namespace,
-                                                run_id=run_id))
-        summary.deleted += t.finish_root(rp, settings, namespace=namespace)
-        account_repaired(summary, rp)
-    return summary.to_dict()
 
 
 @flow(name="ingest", log_prints=False, validate_parameters=True, **FLOW_HOOKS)
@@ -122,56 +63,27 @@ def ingest(
         max_delete_fraction: Largest share of a root's documents full mode may delete (0-1).
         rebind: A root NAME bound to another path moved here: rebind it, keep its documents.
     """
-    started = time.perf_counter()
     logger = get_run_logger()
-    settings = Settings()
+    settings = Settings()  # read once; every step gets these values
     start_flow_watch(settings)  # a lost Prefect API ends the run within a bound (tasks.watchdog)
     # Root paths travel as valid UTF-8 (\xNN for bytes that are not): see root_parameter.
-    specs = [parse_root(local_root(r)) for r in roots]
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise UsageError(f"two roots share a name in {names}; use NAME=PATH to tell them apart")
-    run_id = str(flow_run.get_id() or new_run_id())
-    summary = IngestSummary(run_id=run_id, namespace=namespace, collection=settings.collection,
-                            mode=mode.value, dry_run=dry_run)
-    guard = DeleteGuard(allow_mass_delete, max_delete_fraction)
+    request = IngestRequest(
+        roots=tuple(parse_root(local_root(r)) for r in roots), namespace=namespace, mode=mode,
+        force=force, dry_run=dry_run, include=tuple(include), exclude=tuple(exclude),
+        guard=DeleteGuard(allow_mass_delete, max_delete_fraction), rebind=rebind,
+        run_id=str(flow_run.get_id() or new_run_id()))
     try:
-        with run_lock(settings, namespace):
-            # Root bindings and embedder identity first: a conflict must not reach the
-            # plan (full mode would count another share's documents as missing).
-            bound = t.check_identity(specs, settings, namespace=namespace, rebind=rebind)
-            summary.warnings.extend(bound.warnings)
-            if mode is SyncMode.FULL and not allow_mass_delete:
-                for spec in specs:
-                    t.preflight_root(spec, settings, namespace=namespace, include=include,
-                                     exclude=exclude, guard=guard)
-            if not dry_run:
-                t.record_identity(bound, settings, run_id=run_id)
-            missing = t.check_collection(settings, namespace=namespace)  # re-creates it
-            summary.warnings.extend([missing] if missing else [])
-            for spec in specs:
-                per_root = ingest_root.with_options(task_runner=build_task_runner(settings))
-                part = per_root(root=root_parameter(f"{spec.name}={spec.path}"), root_name=spec.name, namespace=namespace,
-                                   mode=mode, force=force, dry_run=dry_run, include=include,
-                                   exclude=exclude, allow_mass_delete=allow_mass_delete,
-                                   max_delete_fraction=max_delete_fraction, run_id=run_id)
-                summary.merge(part)
-    except BaseException as exc:  # the CLI reports the counts reached beside the error
-        attach(exc, summary, started=started)
+        summary = run_ingest(request, PrefectExecutor(settings))
+    except EmbeddingOutage as exc:  # the run did its work: its summary is worth showing
+        publish_summary(counts_of(exc) or {})
         raise
     finally:
         release(settings)
-    summary.duration_s = round(time.perf_counter() - started, 3)
     result = summary.to_dict()
     publish_summary(result)
     logger.info("ingest %s: added %d, updated %d, unchanged %d, deleted %d, failed %d",
                 namespace, summary.added, summary.updated, summary.unchanged, summary.deleted,
                 summary.failed)
-    if summary.embedding_outage():
-        outage = EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
-                                 "the embedding endpoint looks down; nothing new was stored")
-        attach(outage, summary)
-        raise outage
     if summary.failed:
         # The summary rides on an exception: Prefect resolves a Failed state's data into one.
         message = f"{summary.failed} of {summary.files_seen} files failed"

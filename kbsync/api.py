@@ -31,12 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kbsync.errors import EmbeddingOutage, EmptyDocument, UsageError
-from kbsync.ingest.identity import check_run, record_run
+from kbsync.errors import UsageError
 from kbsync.ingest.lock import ingest_lock_path, write_lock
-from kbsync.models import DocStatus, Document, PlanAction, SourceFile
+from kbsync.models import DocStatus, PlanAction, SourceFile
 from kbsync.settings import Settings
-from kbsync.ingest.state import PlanItem
 from kbsync.store.base import Filter
 
 log = logging.getLogger(__name__)
@@ -134,7 +132,12 @@ class KnowledgeBase:
         return self._runtime
 
     def _lock(self, namespace: str):
-        # The ingest flow's lock file (one per embedded store, or per namespace on a server).
+        """The ingest's write lock: its lock file, and on a Qdrant server also the Prefect
+        concurrency limit the flows take, so writers on other machines are excluded too."""
+        if self.settings.qdrant_url:
+            from tasks.locking import run_lock  # imported late: Prefect's import costs seconds
+
+            return run_lock(self.settings, namespace, purpose="add_text")
         return write_lock(ingest_lock_path(self.settings, namespace),
                           timeout_s=self.settings.lock_timeout_s)
 
@@ -155,60 +158,28 @@ class KnowledgeBase:
         _check_id("namespace", namespace)
         if not text.strip():
             raise UsageError("text is empty")
-        from kbsync.ingest.room import room_for
-        from kbsync.ingest.stages import DocWork, chunk_stage, embed_stage
-        from kbsync.ingest.write import heal_document, write_document
+        from kbsync.ingest.executor import InProcess
+        from kbsync.ingest.texts import TextRequest, ingest_text
 
         runtime = self._open(embed=True)
         data = text.encode("utf-8")
         source = SourceFile(doc_id=doc_id, root=API_ROOT, path=Path(doc_id), rel_path=doc_id,
                             size=len(data), mtime_ns=0,
                             content_hash=hashlib.sha256(data).hexdigest())
-        run_id = f"api-{uuid.uuid4()}"
-        with self._lock(namespace):
-            # The embedder identity, as an ingest checks it (no roots: API_ROOT is a pseudo-root).
-            bound = check_run([], runtime=runtime, namespace=namespace)
-            runtime.ensure_collection()
-            record_run(bound, runtime=runtime, run_id=run_id)
-            previous = runtime.states.get(namespace, doc_id)
-            action = _action(previous, source.content_hash, runtime.fingerprint)
-            if action is PlanAction.UNCHANGED:
-                return _result(source, namespace, "unchanged", previous.chunk_count,
-                               partial=False)
-            if action is PlanAction.HEAL:
-                with room_for([], runtime, what="healing the document"):  # else DiskFull
-                    state, outcome = heal_document(
-                        source, previous, store=runtime.store, states=runtime.states,
-                        service=runtime.service, collection=runtime.collection,
-                        namespace=namespace, run_id=run_id)
-                return _result(source, namespace, "healed", state.chunk_count, outcome=outcome,
-                               partial=state.status is DocStatus.PARTIAL)
-            doc_title = title or _title(text, doc_id)
-            work = DocWork(item=PlanItem(action, source, previous), title=doc_title,
-                           source_type="text",
-                           document=Document(doc_id=doc_id, path=doc_id, markdown=text,
-                                             title=doc_title, source_type="text",
-                                             converter="api"))
-            chunked = chunk_stage([work], config=runtime.chunk_config)
-            if chunked.failures:
-                raise EmptyDocument(chunked.failures[0].message)
-            embedded = embed_stage(chunked.work, service=runtime.service)
-            if embedded.failures:
-                raise EmbeddingOutage(embedded.failures[0].message)
-            prepared = embedded.work[0].prepared
-            with room_for(embedded.work, runtime, what="the document"):  # else DiskFull
-                state = write_document(prepared, store=runtime.store, states=runtime.states,
-                                       collection=runtime.collection, namespace=namespace,
-                                       fingerprint=runtime.fingerprint, run_id=run_id)
-        counters = embedded.counters
-        return AddResult(doc_id=doc_id, namespace=namespace,
-                         status="added" if action is PlanAction.NEW else "updated",
-                         chunks=state.chunk_count,
+        request = TextRequest(source=source, text=text, title=title or _title(text, doc_id),
+                              namespace=namespace, run_id=f"api-{uuid.uuid4()}")
+        done = ingest_text(request, InProcess(runtime, write_lock=self._lock))
+        counters = done.counters
+        status = {PlanAction.NEW: "added", PlanAction.CHANGED: "updated",
+                  PlanAction.HEAL: "healed", PlanAction.UNCHANGED: "unchanged"}[done.action]
+        return AddResult(doc_id=doc_id, namespace=namespace, status=status,
+                         chunks=done.state.chunk_count,
                          embeddings_computed=counters["embeddings_computed"],
                          embeddings_cached=counters["embeddings_cached"],
                          embeddings_failed=counters["embeddings_failed"],
                          content_hash=source.content_hash or "",
-                         partial=state.status is DocStatus.PARTIAL)
+                         partial=(done.action is not PlanAction.UNCHANGED
+                                  and done.state.status is DocStatus.PARTIAL))
 
     def search(self, query: str, namespace: str = "default", *, k: int = 5,
                min_score: float | None = None, **options: Any):
@@ -277,24 +248,6 @@ def _check_id(name: str, value: str) -> None:
     if not isinstance(value, str) or not value.strip() or value != value.strip():
         raise UsageError(f"{name} must be a non-blank string without surrounding spaces, "
                          f"got {value!r}")
-
-
-def _action(previous, content_hash: str | None, fingerprint: str) -> PlanAction:
-    """The plan rule of :func:`kbsync.ingest.state.plan_files`, for a text whose hash is known."""
-    if previous is None:
-        return PlanAction.NEW
-    if previous.fingerprint == fingerprint and previous.content_hash == content_hash:
-        return PlanAction.HEAL if previous.status is DocStatus.PARTIAL else PlanAction.UNCHANGED
-    return PlanAction.CHANGED
-
-
-def _result(source: SourceFile, namespace: str, status: AddStatus, chunks: int, *,
-            partial: bool, outcome=None) -> AddResult:
-    return AddResult(doc_id=source.doc_id, namespace=namespace, status=status, chunks=chunks,
-                     embeddings_computed=getattr(outcome, "computed", 0),
-                     embeddings_cached=getattr(outcome, "cached", 0),
-                     embeddings_failed=getattr(outcome, "failed_count", 0),
-                     content_hash=source.content_hash or "", partial=partial)
 
 
 def _title(text: str, doc_id: str) -> str:

@@ -1,32 +1,28 @@
-"""The ingest stages as Prefect tasks, one task run per batch of files.
+"""The ingest steps as Prefect tasks: one thin task per step of :mod:`kbsync.ingest.steps`.
 
-Each task is a thin wrapper over a :mod:`kbsync.ingest.stages` function; per-file
-errors, unexpected exceptions included (as ``InternalError``), are already
-captured there, so a task fails only for a run-level problem
-(``pipeline.RUN_LEVEL_ERRORS``). Transient errors (store unavailable, lock held)
-are retried; writes are idempotent, so a retried batch converges to the same
-points.
+A task takes the run's :class:`Settings` where its step takes the live context
+(:data:`kbsync.ingest.executor.CONTEXT`) and looks the process's runtime up
+(:func:`tasks.resources.runtime_for`), so a task can run in another process (a
+Dask worker). Per-file errors, unexpected exceptions included, are captured by
+the steps; a task fails only for a run-level problem. Steps in
+:data:`kbsync.ingest.steps.RETRIED` are retried on transient errors: their
+writes are idempotent, so a retried batch converges to the same points.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NONE
+from prefect.states import Completed
 
-from kbsync.ingest import plan as ingest_plan, room
-
-from kbsync.ingest import identity
-
-from kbsync.ingest import stages as pipeline
-
-from kbsync.ingest import verify
 from kbsync.errors import TransientError
-from kbsync.ingest.plan import DeleteGuard, RootPlan
-from kbsync.models import RootSpec, SyncMode
+from kbsync.ingest import steps
+from kbsync.ingest.stages import StageResult
+from kbsync.ingest.texts import plan_text, recorded_state
 from kbsync.settings import Settings
-from kbsync.ingest.state import PlanItem
+from kbsync.text.chunk import ChunkConfig
 from tasks.resources import runtime_for
 
 
@@ -44,93 +40,110 @@ def _transient(task, task_run, state) -> bool:
 # No cache (inputs are live batches, not hashable keys) and no result persistence (results
 # are handed on in memory). No timeout_seconds either: tasks run in worker threads, where
 # Prefect cannot interrupt a blocking call; per-file time limits belong to the converter.
-COMMON = dict(cache_policy=NONE, persist_result=False)
+COMMON: dict[str, Any] = dict(cache_policy=NONE, persist_result=False)
 
 
-@task(name="plan", tags=["kbsync", "plan"], **COMMON)
-def plan_root(root: RootSpec, settings: Settings, *, namespace: str, mode: SyncMode,
-              force: bool, include: Sequence[str], exclude: Sequence[str],
-              guard: DeleteGuard) -> RootPlan:
-    """Discover a root and diff it against the stored state (writes nothing); documents
-    whose points no longer match their record are planned for repair."""
-    runtime = runtime_for(settings)
-    runtime.ensure_collection()
-    return ingest_plan.plan_root(root, runtime=runtime, namespace=namespace, mode=mode, force=force,
-                            include=include, exclude=exclude, guard=guard)
+def _retry(step: Callable) -> dict[str, Any]:
+    """Retries for a step of ``steps.RETRIED``: an embedding endpoint gets longer to recover."""
+    if step not in steps.RETRIED:
+        return {}
+    retries, delay = (2, 5) if step in (steps.embed, steps.heal) else (3, 2)
+    return dict(retries=retries, retry_delay_seconds=delay, retry_condition_fn=_transient)
 
 
-@task(name="convert", tags=["kbsync", "convert"], **COMMON)
-def convert_batch(items: list[PlanItem], settings: Settings) -> pipeline.StageResult:
-    """Convert a batch of files to Markdown."""
-    return pipeline.convert_stage(items, max_bytes=int(settings.max_file_mb * 2**20),
-                                  converter=runtime_for(settings).converter())
-
-
-@task(name="chunk", tags=["kbsync", "chunk"], **COMMON)
-def chunk_batch(converted: pipeline.StageResult, settings: Settings) -> pipeline.StageResult:
-    """Chunk a batch of converted documents."""
-    return pipeline.chunk_stage(converted.work, config=runtime_for(settings).chunk_config)
-
-
-@task(name="embed", tags=["kbsync", "embed"], retries=2,
-      retry_delay_seconds=5, retry_condition_fn=_transient, **COMMON)
-def embed_batch(chunked: pipeline.StageResult, settings: Settings) -> pipeline.StageResult:
-    """Embed a batch's chunks (cache first, then the provider in batches)."""
-    return pipeline.embed_stage(chunked.work, service=runtime_for(settings).service)
-
-
-@task(name="upsert", tags=["kbsync", "upsert"], retries=3,
-      retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
-def upsert_batch(embedded: pipeline.StageResult, settings: Settings, *, namespace: str,
-                 run_id: str) -> pipeline.StageResult:
-    """Upsert, delete stale points, then commit state, document by document."""
-    return room.write_batch(embedded.work, runtime=runtime_for(settings),
-                              namespace=namespace, run_id=run_id)
-
-
-@task(name="heal", tags=["kbsync", "embed"], retries=2, retry_delay_seconds=5,
-      retry_condition_fn=_transient, **COMMON)
-def heal_batch(items: list[PlanItem], settings: Settings, *, namespace: str,
-               run_id: str) -> pipeline.StageResult:
-    """Re-embed the zero-vector chunks of unchanged partial documents."""
-    return room.heal_batch(items, runtime=runtime_for(settings), namespace=namespace,
-                             run_id=run_id)
-
-
-@task(name="finish-root", tags=["kbsync", "delete"], retries=3,
-      retry_delay_seconds=2, retry_condition_fn=_transient, **COMMON)
-def finish_root(rp: RootPlan, settings: Settings, *, namespace: str) -> int:
-    """Refresh unchanged files' stat records; in full mode delete missing documents."""
-    runtime = runtime_for(settings)
-    room.finish_unchanged(rp, runtime)
-    return room.delete_missing(rp, runtime, namespace)
-
-
-@task(name="preflight", tags=["kbsync", "plan"], **COMMON)
-def preflight_root(root: RootSpec, settings: Settings, *, namespace: str,
-                   include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> int:
-    """Full mode's mass-delete guard for one root, before any root is written."""
-    return ingest_plan.preflight_root(root, runtime=runtime_for(settings), namespace=namespace,
-                                 include=include, exclude=exclude, guard=guard)
+def _marked(result: StageResult) -> Any:
+    """A batch with failed files ends in a named state the run graph shows."""
+    if not result.failures:
+        return result
+    return Completed(data=result, name="Completed with failures",
+                     message=f"{len(result.failures)} files failed in this stage")
 
 
 @task(name="check-identity", tags=["kbsync", "plan"], **COMMON)
-def check_identity(roots: list[RootSpec], settings: Settings, *, namespace: str,
-                   rebind: bool) -> identity.IdentityPlan:
+def check_identity(settings: Settings, roots: Sequence, namespace: str, rebind: bool):
     """Root bindings and the embedder identity, checked before anything is written."""
-    return identity.check_run(roots, runtime=runtime_for(settings), namespace=namespace,
-                              rebind=rebind)
+    return steps.check_identity(runtime_for(settings), roots, namespace, rebind)
 
 
-@task(name="record-identity", tags=["kbsync", "plan"], retries=3, retry_delay_seconds=2,
-      retry_condition_fn=_transient, **COMMON)
-def record_identity(plan: identity.IdentityPlan, settings: Settings, *, run_id: str) -> None:
-    """Record new root bindings and a new collection's embedder (not on dry runs)."""
-    identity.record_run(plan, runtime=runtime_for(settings), run_id=run_id)
+@task(name="preflight", tags=["kbsync", "plan"], **COMMON)
+def preflight(settings: Settings, root, namespace: str, include, exclude, guard) -> int:
+    """Full mode's mass-delete guard for one root."""
+    return steps.preflight(runtime_for(settings), root, namespace, include, exclude, guard)
 
 
-@task(name="check-collection", tags=["kbsync", "plan"], retries=2, retry_delay_seconds=2,
-      retry_condition_fn=_transient, **COMMON)
-def check_collection(settings: Settings, *, namespace: str) -> str | None:
-    """A warning when the chunk collection was missing while records exist (re-created)."""
-    return verify.check_collection(runtime_for(settings), namespace)
+@task(name="record-identity", tags=["kbsync", "plan"], **COMMON, **_retry(steps.record_identity))
+def record_identity(settings: Settings, plan, run_id: str) -> None:
+    """Record new root bindings and a new collection's embedder."""
+    steps.record_identity(runtime_for(settings), plan, run_id)
+
+
+@task(name="check-collection", tags=["kbsync", "plan"], **COMMON,
+      **_retry(steps.check_collection))
+def check_collection(settings: Settings, namespace: str, create: bool) -> str | None:
+    """A warning when the chunk collection was missing while records exist."""
+    return steps.check_collection(runtime_for(settings), namespace, create)
+
+
+@task(name="plan", tags=["kbsync", "plan"], **COMMON)
+def plan(settings: Settings, root, namespace: str, mode, force: bool, include, exclude, guard):
+    """Discover a root and diff it against the stored state (writes nothing)."""
+    return steps.plan(runtime_for(settings), root, namespace, mode, force, include, exclude,
+                      guard)
+
+
+@task(name="convert", tags=["kbsync", "convert"], **COMMON)
+def convert(settings: Settings, items) -> StageResult:
+    """Convert a batch of files to Markdown."""
+    return _marked(steps.convert(runtime_for(settings), items))
+
+
+@task(name="chunk", tags=["kbsync", "chunk"], **COMMON)
+def chunk(config: ChunkConfig, converted: StageResult) -> StageResult:
+    """Chunk a batch of converted documents (needs the chunk budget only)."""
+    return _marked(steps.chunk(config, converted))
+
+
+@task(name="embed", tags=["kbsync", "embed"], **COMMON, **_retry(steps.embed))
+def embed(settings: Settings, chunked: StageResult) -> StageResult:
+    """Embed a batch's chunks (cache first, then the provider in batches)."""
+    return _marked(steps.embed(runtime_for(settings), chunked))
+
+
+@task(name="upsert", tags=["kbsync", "upsert"], **COMMON, **_retry(steps.upsert))
+def upsert(settings: Settings, embedded: StageResult, namespace: str, run_id: str) -> StageResult:
+    """Upsert, delete stale points, then commit state, document by document."""
+    return _marked(steps.upsert(runtime_for(settings), embedded, namespace, run_id))
+
+
+@task(name="heal", tags=["kbsync", "embed"], **COMMON, **_retry(steps.heal))
+def heal(settings: Settings, items, namespace: str, run_id: str) -> StageResult:
+    """Re-embed the zero-vector chunks of unchanged partial documents."""
+    return _marked(steps.heal(runtime_for(settings), items, namespace, run_id))
+
+
+@task(name="finish-root", tags=["kbsync", "delete"], **COMMON, **_retry(steps.finish_root))
+def finish_root(settings: Settings, rp, namespace: str) -> int:
+    """Refresh unchanged files' stat records; in full mode delete missing documents."""
+    return steps.finish_root(runtime_for(settings), rp, namespace)
+
+
+@task(name="plan-text", tags=["kbsync", "plan"], **COMMON)
+def plan_text_task(settings: Settings, source, namespace: str):
+    """The plan rule for one text (``add_text``)."""
+    return plan_text(runtime_for(settings), source, namespace)
+
+
+@task(name="state", tags=["kbsync", "plan"], **COMMON)
+def state(settings: Settings, namespace: str, doc_id: str):
+    """The state record of one document."""
+    return recorded_state(runtime_for(settings), namespace, doc_id)
+
+
+TASK_OF: dict[Callable, Task] = {
+    steps.check_identity: check_identity, steps.preflight: preflight,
+    steps.record_identity: record_identity, steps.check_collection: check_collection,
+    steps.plan: plan, steps.convert: convert, steps.chunk: chunk, steps.embed: embed,
+    steps.upsert: upsert, steps.heal: heal, steps.finish_root: finish_root,
+    plan_text: plan_text_task, recorded_state: state,
+}
+"""The task that runs each step."""

@@ -7,8 +7,11 @@ load once, so tasks look their runtime up here instead of opening their own.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import threading
+
+from pydantic import SecretStr
 
 from kbsync.app.runtime import Runtime
 from kbsync.settings import Settings
@@ -18,7 +21,12 @@ _runtimes: dict[str, Runtime] = {}
 
 
 def _key(settings: Settings) -> str:
-    return json.dumps(settings.model_dump(mode="json"), sort_keys=True, default=str)
+    """Equal for equal settings, secrets included (a JSON dump masks them, so two settings
+    that differ only in their API key would share a runtime); the key holds only a hash."""
+    values = {name: value.get_secret_value() if isinstance(value, SecretStr) else value
+              for name, value in settings}
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def runtime_for(settings: Settings) -> Runtime:

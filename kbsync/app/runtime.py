@@ -2,6 +2,8 @@
 
 Opened once per process from :class:`Settings` and shared by every batch: the
 embedded engine allows one handle per folder, and the local model loads once.
+It implements :class:`kbsync.ingest.context.IngestContext`, the typed view the
+ingest steps get; ``config`` holds the settings they read, as values.
 """
 
 from __future__ import annotations
@@ -9,14 +11,18 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kbsync.text.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
 from kbsync.convert import CONVERTER_VERSION, convert
+from kbsync.embed.base import Embedder
+from kbsync.ingest.context import IngestConfig
 from kbsync.settings import Settings
 from kbsync.text.sparse import SPARSE_VERSION
 from kbsync.ingest.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
 from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
+from kbsync.models import Document
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +34,16 @@ class Runtime:
     settings: Settings
     store: VectorStore
     states: StateStore
-    service: object  # kbsync.embed.service.EmbeddingService
+    service: Embedder | None  # None when opened without one (stats, verify)
     chunk_config: ChunkConfig
+    config: IngestConfig = field(init=False)
     _converter: object = field(default=None, repr=False)
     _converter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def converter(self):
+    def __post_init__(self) -> None:
+        self.config = IngestConfig.from_settings(self.settings)
+
+    def converter(self) -> Callable[..., Document]:
         """The conversion function: isolated worker processes unless disabled.
 
         The pool starts on first use (workers preload the converters, ~5 s), so

@@ -1,7 +1,7 @@
 """Retrieval evaluation over a labelled query set: parse, search per mode, score, aggregate.
 
 Plain core code (no Prefect): ``flows/evaluate.py`` arranges these functions
-as tasks and :func:`evaluate_plain` chains them for tests and scripts.
+as tasks and :func:`kbsync.eval.plain.evaluate_plain` chains them for tests and scripts.
 
 Query files are parsed by :mod:`kbsync.eval.queries` (re-exported here). A
 query with an empty ``relevant`` list is searched and counted (raw/kept counts,
@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from kbsync.eval import metrics as m
@@ -28,7 +27,7 @@ from kbsync.query.expand import MAX_MQE
 log = logging.getLogger(__name__)
 
 __all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryOutcome",
-           "aggregate", "build_result", "check_labels", "evaluate_plain", "load_queries",
+           "aggregate", "build_result", "check_labels", "load_queries",
            "parse_modes", "queries_hash", "run_mode"]
 
 NDCG_CUTOFF = 10
@@ -287,33 +286,6 @@ class EvalResult:
     def gate_ok(self) -> bool:
         """False when the regression gate tripped and the drop was not accepted."""
         return bool(self.regression.get("passed", True) or self.regression.get("accepted"))
-
-
-def evaluate_plain(
-    queries_file: str | Path, *, runtime, namespace: str = "default", k: int = 10,
-    modes: Sequence[str] = ("dense",), report_dir: str | Path = "reports/eval",
-    margin: float = 0.02, accept: bool = False, llm: object | None = None,
-) -> EvalResult:
-    """The whole evaluation without Prefect: what the ``evaluate`` flow does, in one call.
-
-    Raises:
-        UsageError: bad modes, k out of range, namespace empty, or bad query file.
-    """
-    from kbsync.eval.report import write_report
-
-    specs = parse_modes(modes)
-    check_k(k)
-    if llm is None and any(s.needs_llm for s in specs):
-        llm = llm_for(runtime.settings)
-    queries = load_queries(queries_file)
-    warnings = check_labels(queries, set(runtime.states.load(namespace)), namespace)
-    outcomes = [o for spec in specs
-                for o in run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k,
-                                  llm=llm)]
-    result = build_result(queries, outcomes, k=k, namespace=namespace, warnings=warnings,
-                          embedding=runtime.embedding_info())
-    write_report(result, report_dir, margin=margin, accept=accept)
-    return result
 
 
 def llm_for(settings) -> object:

@@ -201,7 +201,7 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
             without ``rebind``.
         EmbedderMismatch: see :func:`check_embedder`.
     """
-    check_roots(roots, home=runtime.settings.home)
+    check_roots(roots, home=runtime.config.home)
     plan = IdentityPlan()
     states, service = runtime.states, runtime.service
     if check_embedder(states, service, collection=runtime.collection) is None:

@@ -1,29 +1,189 @@
-"""The ingest runner."""
+"""The one ingest runner: checks -> per root (plan -> batches -> finish) -> summary.
+
+The Prefect flow (``flows/ingest.py``), the plain loop (:func:`run_plain`) and
+``kbsync.api.add_text`` (:mod:`kbsync.ingest.texts`) all run their writes
+through here, with an executor that decides where each step runs
+(:mod:`kbsync.ingest.executor`). So the rules are one:
+
+- two roots with one name are refused before anything is opened;
+- under the write lock: root bindings and embedder identity, then full mode's
+  mass-delete guard for every root, then the records, then the collection
+  check, all before the first document is written;
+- a dry run plans and checks but writes nothing, not even a missing collection;
+- when documents needed embedding and every one failed, the run raises
+  :class:`~kbsync.errors.EmbeddingOutage` (the endpoint looks down);
+- whatever ends the run, the counts reached ride on the exception
+  (:mod:`kbsync.ingest.run_counts`).
+"""
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Sequence
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
-from kbsync.ingest import identity
+from kbsync.errors import EmbeddingOutage, UsageError
+from kbsync.ingest import steps
 from kbsync.ingest.discover import iter_batches
-from kbsync.ingest.plan import DeleteGuard, plan_root
-from kbsync.ingest.room import delete_missing, finish_unchanged, heal_batch, write_batch
-from kbsync.ingest.stages import StageResult, chunk_stage, convert_stage, embed_stage
+from kbsync.ingest.executor import CONTEXT, Executor, InProcess
+from kbsync.ingest.lock import ingest_lock
+from kbsync.ingest.plan import DeleteGuard, RootPlan
+from kbsync.ingest.run_counts import attach, keep_counts
+from kbsync.ingest.stages import StageResult
 from kbsync.ingest.summary import (IngestSummary, account_dry_run, account_plan, account_repaired,
                                    account_stage, new_run_id)
-from kbsync.ingest.verify import check_collection
 from kbsync.models import PlanAction, RootSpec, SyncMode
 
+log = logging.getLogger(__name__)
 
-def process_batch(items, *, runtime, namespace: str, run_id: str) -> list[StageResult]:
-    """convert -> chunk -> embed -> write for one batch, in a plain call chain."""
-    converted = convert_stage(items, max_bytes=int(runtime.settings.max_file_mb * 2**20),
-                              converter=runtime.converter())
-    chunked = chunk_stage(converted.work, config=runtime.chunk_config)
-    embedded = embed_stage(chunked.work, service=runtime.service)
-    written = write_batch(embedded.work, runtime=runtime, namespace=namespace, run_id=run_id)
-    return [converted, chunked, embedded, written]
+
+@dataclass(frozen=True)
+class IngestRequest:
+    """What to ingest, and how (the flow's parameters, as values)."""
+
+    roots: tuple[RootSpec, ...]
+    namespace: str = "default"
+    mode: SyncMode = SyncMode.INCREMENTAL
+    force: bool = False
+    dry_run: bool = False
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    guard: DeleteGuard = DeleteGuard()
+    rebind: bool = False
+    run_id: str = field(default_factory=new_run_id)
+
+
+def check_names(roots: Sequence[RootSpec]) -> None:
+    """Refuse two roots with one name: their doc_ids would overwrite each other."""
+    names = [r.name for r in roots]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two roots share a name in {names}; use NAME=PATH to tell them apart")
+
+
+def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
+    """The whole ingest (see the module docstring for its rules).
+
+    Raises:
+        UsageError: two roots share a name.
+        RootConflict, EmbedderMismatch: see :func:`kbsync.ingest.identity.check_run`.
+        MassDeleteRefused: see :func:`kbsync.ingest.plan.plan_root`.
+        EmbeddingOutage: every document that needed embedding failed to embed.
+        KbsyncError: a run-level condition (store unavailable, disk full, lock held).
+    """
+    started = time.perf_counter()
+    check_names(request.roots)
+    summary = _new_summary(request, executor)
+    try:
+        with executor.write_lock(request.namespace):
+            _check_run(request, executor, summary)
+            for spec in request.roots:
+                part = executor.run_root(spec.name, _root_body(spec, request, executor))
+                summary.merge(part)
+    except BaseException as exc:  # the counts reached travel with the error
+        attach(exc, summary, started=started)
+        raise
+    summary.duration_s = round(time.perf_counter() - started, 3)
+    if summary.embedding_outage():
+        outage = EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
+                                 "the embedding endpoint looks down; nothing new was stored")
+        attach(outage, summary)
+        raise outage
+    return summary
+
+
+def _new_summary(request: IngestRequest, executor: Executor) -> IngestSummary:
+    return IngestSummary(run_id=request.run_id, namespace=request.namespace,
+                         collection=executor.config.collection, mode=request.mode.value,
+                         dry_run=request.dry_run)
+
+
+def _check_run(request: IngestRequest, executor: Executor, summary: IngestSummary) -> None:
+    """Every check before the first write, in the order that keeps a refusal write-free."""
+    ns = request.namespace
+    # Identity first: a conflict must not reach the plan (full mode would count another
+    # share's documents as missing).
+    bound = executor.call(steps.check_identity, CONTEXT, request.roots, ns, request.rebind,
+                          label="check-identity")
+    summary.warnings.extend(bound.warnings)
+    if request.mode is SyncMode.FULL and not request.guard.allow_mass_delete:
+        for spec in request.roots:
+            executor.call(steps.preflight, CONTEXT, spec, ns, request.include, request.exclude,
+                          request.guard, label=f"preflight {spec.name}")
+    if not request.dry_run:
+        executor.call(steps.record_identity, CONTEXT, bound, request.run_id,
+                      label="record-identity")
+    missing = executor.call(steps.check_collection, CONTEXT, ns, not request.dry_run,
+                            label="check-collection")
+    summary.warnings.extend([missing] if missing else [])
+
+
+def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor):
+    def body() -> dict:
+        return ingest_root(spec, request, executor).to_dict()
+    return body
+
+
+def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> IngestSummary:
+    """One root: plan, then its batches through the stages, then heal and deletions.
+
+    The plan also reprocesses documents whose points no longer match their state
+    (``kbsync.ingest.verify.check_root``), counted in ``repaired``.
+    """
+    summary = _new_summary(request, executor)
+    ns = request.namespace
+    planned = executor.submit(steps.plan, CONTEXT, spec, ns, request.mode, request.force,
+                              request.include, request.exclude, request.guard,
+                              label=f"plan {spec.name}")
+    [rp] = executor.gather([planned])
+    account_plan(summary, rp)
+    log.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
+    if request.dry_run:
+        account_dry_run(summary, rp)
+        account_repaired(summary, rp)
+        return summary
+    with keep_counts(summary):  # a failure still reports the batches done
+        for results in run_batches(spec.name, rp, request, executor, after=[planned]):
+            for result in results:
+                account_stage(summary, result)
+        healing = rp.plan.of(PlanAction.HEAL)
+        if healing:
+            account_stage(summary, executor.call(steps.heal, CONTEXT, healing, ns,
+                                                 request.run_id, label=f"heal {spec.name}"))
+        summary.deleted += executor.call(steps.finish_root, CONTEXT, rp, ns,
+                                         label=f"finish-root {spec.name}")
+        account_repaired(summary, rp)
+    return summary
+
+
+def run_batches(root: str, rp: RootPlan, request: IngestRequest, executor: Executor, *,
+                after: Sequence[Any] = ()) -> Iterator[list[StageResult]]:
+    """Each batch's stage results, in batch order, with a bounded window in flight.
+
+    The window (``config.batches_in_flight``) means a run-level error (DiskFull, a
+    lost store) stops the run after the batches already started, not after all.
+    """
+    config = executor.config
+    batches = list(iter_batches(rp.to_process(), config.files_per_batch))
+    if not batches:
+        return
+    progress = executor.progress(root, len(batches))
+    pending: deque = deque()
+    for number, batch in enumerate(batches, 1):
+        label = f"{root} {number}/{len(batches)}"
+        converted = executor.submit(steps.convert, CONTEXT, batch, label=f"convert {label}",
+                                    after=after)
+        chunked = executor.submit(steps.chunk, executor.chunk_config, converted, label=f"chunk {label}")
+        embedded = executor.submit(steps.embed, CONTEXT, chunked, label=f"embed {label}")
+        written = executor.submit(steps.upsert, CONTEXT, embedded, request.namespace,
+                                  request.run_id, label=f"upsert {label}")
+        pending.append((converted, chunked, embedded, written))
+        while pending and (len(pending) > config.batches_in_flight or number == len(batches)):
+            yield executor.gather(pending.popleft())
+            done = number - len(pending)
+            progress(done)
+            log.info("root %s: batch %d/%d done", root, done, len(batches))
 
 
 def run_plain(
@@ -32,38 +192,26 @@ def run_plain(
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
     rebind: bool = False,
 ) -> IngestSummary:
-    """The whole ingest without Prefect: the reference the flow is measured against.
+    """The whole ingest in this thread, without Prefect, under the file write lock.
 
+    Args:
+        runtime: an open :class:`kbsync.app.runtime.Runtime` (its ``settings``
+            name the lock file).
     Raises:
-        RootConflict, EmbedderMismatch: see :func:`kbsync.ingest.identity.check_run`
-            (checked before anything is written; ``rebind`` accepts a moved share).
-        MassDeleteRefused: see :func:`plan_root`.
+        As :func:`run_ingest`.
     """
-    started = time.perf_counter()
-    summary = IngestSummary(run_id=new_run_id(), namespace=namespace,
-                            collection=runtime.collection, mode=mode.value, dry_run=dry_run)
-    bound = identity.check_run(roots, runtime=runtime, namespace=namespace, rebind=rebind)
-    summary.warnings.extend(bound.warnings)
-    missing = check_collection(runtime, namespace)  # re-creates a missing chunk collection
-    summary.warnings.extend([missing] if missing else [])
-    plans = [plan_root(r, runtime=runtime, namespace=namespace, mode=mode, force=force,
-                       include=include, exclude=exclude, guard=guard) for r in roots]
-    if not dry_run:
-        identity.record_run(bound, runtime=runtime, run_id=summary.run_id)
-    for rp in plans:
-        account_plan(summary, rp)
-        if dry_run:
-            account_dry_run(summary, rp)
-            account_repaired(summary, rp)
-            continue
-        for batch in iter_batches(rp.to_process(), runtime.settings.files_per_batch):
-            for result in process_batch(batch, runtime=runtime, namespace=namespace,
-                                        run_id=summary.run_id):
-                account_stage(summary, result)
-        account_stage(summary, heal_batch(rp.plan.of(PlanAction.HEAL), runtime=runtime,
-                                          namespace=namespace, run_id=summary.run_id))
-        finish_unchanged(rp, runtime)
-        summary.deleted += delete_missing(rp, runtime, namespace)
-        account_repaired(summary, rp)
-    summary.duration_s = round(time.perf_counter() - started, 3)
-    return summary
+    request = IngestRequest(roots=tuple(roots), namespace=namespace, mode=mode, force=force,
+                            dry_run=dry_run, include=tuple(include), exclude=tuple(exclude),
+                            guard=guard, rebind=rebind)
+    executor = InProcess(runtime, write_lock=lambda ns: ingest_lock(runtime.settings, ns))
+    return run_ingest(request, executor)
+
+
+def process_batch(items: Sequence, *, runtime, namespace: str, run_id: str) -> list[StageResult]:
+    """The stages of :data:`kbsync.ingest.steps.BATCH_STAGES` for one batch, in this
+    thread (``kbsync verify --repair`` rebuilds documents through it)."""
+    converted = steps.convert(runtime, items)
+    chunked = steps.chunk(runtime.chunk_config, converted)
+    embedded = steps.embed(runtime, chunked)
+    return [converted, chunked, embedded,
+            steps.upsert(runtime, embedded, namespace, run_id)]

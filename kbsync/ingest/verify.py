@@ -142,24 +142,30 @@ def check_root(store: VectorStore, collection: str, namespace: str, root: str,
     return check
 
 
-def check_collection(runtime, namespace: str) -> str | None:
+def check_collection(ctx, namespace: str, *, create: bool = True) -> str | None:
     """Before a run: a warning when the chunk collection is missing while ``namespace`` has
     records, after re-creating it (empty) so the plan's repairs can write into it.
 
+    Args:
+        ctx: an :class:`kbsync.ingest.context.IngestContext`.
+        create: false for a dry run, which writes nothing: the warning then says the
+            collection would be re-created.
+
     Cost: the collection lookup and one exact count of the namespace's state records.
     """
-    missing = runtime.store.collection_dimension(runtime.collection) is None
-    runtime.ensure_collection()
-    if not missing or runtime.store.collection_dimension(
-            runtime.settings.state_collection) is None:
+    state_collection = ctx.config.state_collection
+    missing = ctx.store.collection_dimension(ctx.collection) is None
+    if create:
+        ctx.ensure_collection()
+    if not missing or ctx.store.collection_dimension(state_collection) is None:
         return None
-    recorded = runtime.store.count(runtime.settings.state_collection,
-                                   Filter.where(namespace=namespace))
+    recorded = ctx.store.count(state_collection, Filter.where(namespace=namespace))
     if not recorded:
         return None
+    done = "re-created empty" if create else "a run would re-create it empty"
     warning = (f"store drift in namespace {namespace}: the chunk collection "
-               f"{runtime.collection!r} was missing while {recorded} documents are recorded "
-               "(re-created empty; their documents are rebuilt from their files)")
+               f"{ctx.collection!r} was missing while {recorded} documents are recorded "
+               f"({done}; their documents are rebuilt from their files)")
     log.warning("%s", warning)
     return warning
 

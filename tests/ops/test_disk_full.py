@@ -159,7 +159,7 @@ def test_batch_estimate_bounds_what_the_engine_allocates(runtime, tmp_path):
                    if p.is_file())
 
     before = allocated()
-    written = write_batch(embedded.work, runtime=runtime, namespace="default",
+    written = write_batch(embedded.work, runtime, namespace="default",
                                  run_id="r1")
     used = allocated() - before
     assert written.counters["added"] == estimate.documents > 100

@@ -1,0 +1,103 @@
+"""The Prefect executor of the ingest runner: each step a task, each root a subflow.
+
+:mod:`kbsync.ingest.runner` decides what runs; this only says how, in Prefect:
+- a step runs as its task of :data:`tasks.ingest_tasks.TASK_OF`, named after the
+  root and batch (``convert pydoc 3/15``) and drawn after what it waits for;
+- a root runs as an ``ingest-root`` subflow on the configured task runner
+  (threads, or Dask); a root with failed files ends its subflow Failed, and the
+  parent still gets its summary (it rides on :class:`~kbsync.errors.FilesFailed`);
+- the write lock is :func:`tasks.locking.run_lock` (a Prefect concurrency limit
+  on a Qdrant server, and the lock file);
+- progress is a Prefect progress artifact per root.
+"""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Sequence
+
+from prefect import flow
+from prefect.futures import wait
+from prefect.states import Failed
+
+from kbsync.errors import FilesFailed
+from kbsync.ingest.executor import CONTEXT
+from kbsync.settings import Settings
+from tasks.artifacts import report_progress, start_progress
+from tasks.ingest_tasks import TASK_OF
+from tasks.locking import run_lock
+from tasks.resources import runtime_for
+from tasks.runners import build_task_runner
+
+_bodies: dict[str, Callable[[], dict]] = {}  # a subflow's work, by key (not a parameter)
+_keys = itertools.count()  # next() and dict.pop are atomic under the GIL
+
+
+def _take_body(key: str) -> Callable[[], dict]:
+    # A module function, so the subflow's function (pickled by value into a Dask task's
+    # context) refers to it by name and does not drag the registry along.
+    return _bodies.pop(key)
+
+
+@flow(name="ingest-root", flow_run_name="ingest-root-{root_name}", validate_parameters=False)
+def ingest_root(root_name: str, body_key: str) -> dict:
+    """One root of an ingest run: plan, batches through the stages, heal and deletions.
+
+    Ends Failed when files of the root failed, with the root's summary on the
+    :class:`FilesFailed` that is its result.
+    """
+    part = _take_body(body_key)()
+    if part["failed"]:
+        message = f"{part['failed']} of {part['files_seen']} files of root {root_name} failed"
+        return Failed(message=message, data=FilesFailed(message, part))
+    return part
+
+
+class PrefectExecutor:
+    """Runs the runner's steps as Prefect tasks inside the current flow run."""
+
+    def __init__(self, settings: Settings) -> None:
+        runtime = runtime_for(settings)
+        self.settings = settings
+        self.config = runtime.config
+        self.chunk_config = runtime.chunk_config
+
+    def _args(self, args: Sequence[Any]) -> list[Any]:
+        return [self.settings if a is CONTEXT else a for a in args]
+
+    def call(self, step: Callable, *args: Any, label: str) -> Any:
+        """Run ``step``'s task and return its value."""
+        return TASK_OF[step].with_options(task_run_name=label)(*self._args(args))
+
+    def submit(self, step: Callable, *args: Any, label: str, after: Sequence[Any] = ()) -> Any:
+        """Submit ``step``'s task to the task runner; the handle is its future."""
+        named = TASK_OF[step].with_options(task_run_name=label)
+        return named.submit(*self._args(args), wait_for=list(after) or None)
+
+    def gather(self, handles: Sequence[Any]) -> list[Any]:
+        """Wait for the futures; their results, in order (a failed one raises)."""
+        wait(list(handles))
+        return [h.result() for h in handles]
+
+    def run_root(self, name: str, body: Callable[[], dict]) -> dict:
+        """``body`` in an ``ingest-root`` subflow; its summary, even when it ended Failed."""
+        key = str(next(_keys))
+        _bodies[key] = body
+        subflow = ingest_root.with_options(task_runner=build_task_runner(self.settings))
+        state = subflow(root_name=name, body_key=key, return_state=True)
+        outcome = state.result(raise_on_failure=False)
+        if isinstance(outcome, FilesFailed):
+            return outcome.result
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def write_lock(self, namespace: str) -> AbstractContextManager:
+        """The run-wide write lock (see :func:`tasks.locking.run_lock`)."""
+        return run_lock(self.settings, namespace)
+
+    def progress(self, root: str, total: int) -> Callable[[int], None]:
+        """A Prefect progress artifact for the root's batches."""
+        artifact = start_progress(root)
+        return lambda done: report_progress(artifact, done, total)

@@ -1,0 +1,84 @@
+"""What an ingest step is given: configuration as values, and typed collaborators.
+
+:class:`IngestConfig` is read once from :class:`~kbsync.settings.Settings` at the
+edge (the CLI, the flow, the API) and handed down; nothing under ``kbsync.ingest``
+reads the environment. :class:`IngestContext` names the live collaborators a
+step may use; :class:`kbsync.app.runtime.Runtime` is the one implementation
+(one per process: the embedded engine admits one handle per folder, and the
+local model loads once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from kbsync.embed.base import Embedder
+from kbsync.ingest.state import StateStore
+from kbsync.models import Document
+from kbsync.store.base import VectorStore
+from kbsync.text.chunk import ChunkConfig
+
+Converter = Callable[..., Document]
+"""``converter(path, *, doc_id, max_bytes) -> Document`` (:func:`kbsync.convert.convert`)."""
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """The settings an ingest reads, as plain values.
+
+    Attributes:
+        collection: the chunk collection.
+        state_collection: the collection of document state and meta records.
+        home: ``KBSYNC_HOME`` (a root must not contain it).
+        files_per_batch: files per batch of the stages.
+        batches_in_flight: how many batches an executor may run at once.
+        max_file_bytes: larger files fail with ``FileTooLarge``.
+        disk: the embedded store's folder, whose free space every write books
+            first (:mod:`kbsync.ingest.room`); ``None`` against a Qdrant server.
+        min_free_bytes: room a write must leave free on ``disk``.
+    """
+
+    collection: str
+    state_collection: str
+    home: Path
+    files_per_batch: int = 32
+    batches_in_flight: int = 6
+    max_file_bytes: int = 100 * 2**20
+    disk: Path | None = None
+    min_free_bytes: int = 0
+
+    @classmethod
+    def from_settings(cls, settings) -> "IngestConfig":
+        """The values of ``settings`` (a :class:`kbsync.settings.Settings`)."""
+        return cls(collection=settings.collection, state_collection=settings.state_collection,
+                   home=settings.home, files_per_batch=settings.files_per_batch,
+                   batches_in_flight=2 * settings.task_workers,
+                   max_file_bytes=int(settings.max_file_mb * 2**20),
+                   disk=None if settings.qdrant_url else settings.store_path,
+                   min_free_bytes=int(settings.min_free_mb * 2**20))
+
+
+class IngestContext(Protocol):
+    """The live collaborators of an ingest step."""
+
+    config: IngestConfig
+    store: VectorStore
+    states: StateStore
+    service: Embedder
+    chunk_config: ChunkConfig
+
+    @property
+    def collection(self) -> str:
+        """The chunk collection's name (``config.collection``)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of every setting that shapes stored points."""
+
+    def converter(self) -> Converter:
+        """The conversion function (isolated worker processes unless disabled)."""
+
+    def ensure_collection(self) -> None:
+        """Create the chunk collection, or fail clearly on a dimension mismatch."""

@@ -1,0 +1,92 @@
+"""The steps of an ingest, as module-level functions an executor can run anywhere.
+
+Each step takes plain values (picklable: a Dask worker may run it) and, where it
+needs live collaborators, an :class:`~kbsync.ingest.context.IngestContext` as its
+first argument. The runner passes :data:`kbsync.ingest.executor.CONTEXT` there;
+the executor puts the context of the process that runs the step in its place.
+
+:data:`RETRIED` names the steps a transient error may be retried for: their
+writes are idempotent (deterministic point ids, upsert before delete, state
+last), so a retried step converges to the same index.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kbsync.ingest import identity, room, verify
+from kbsync.ingest.context import IngestContext
+from kbsync.ingest.plan import DeleteGuard, RootPlan, plan_root, preflight_root
+from kbsync.ingest.stages import StageResult, chunk_stage, convert_stage, embed_stage
+from kbsync.ingest.state import PlanItem
+from kbsync.models import RootSpec, SyncMode
+from kbsync.text.chunk import ChunkConfig
+
+
+def check_identity(ctx: IngestContext, roots: Sequence[RootSpec], namespace: str,
+                   rebind: bool) -> identity.IdentityPlan:
+    """Root bindings and the embedder identity, checked before anything is written."""
+    return identity.check_run(roots, runtime=ctx, namespace=namespace, rebind=rebind)
+
+
+def preflight(ctx: IngestContext, root: RootSpec, namespace: str, include: Sequence[str],
+              exclude: Sequence[str], guard: DeleteGuard) -> int:
+    """Full mode's mass-delete guard for one root, before any root is written."""
+    return preflight_root(root, runtime=ctx, namespace=namespace, include=include,
+                          exclude=exclude, guard=guard)
+
+
+def record_identity(ctx: IngestContext, plan: identity.IdentityPlan, run_id: str) -> None:
+    """Record new root bindings and a new collection's embedder (never on a dry run)."""
+    identity.record_run(plan, runtime=ctx, run_id=run_id)
+
+
+def check_collection(ctx: IngestContext, namespace: str, create: bool) -> str | None:
+    """A warning when the chunk collection was missing while records exist."""
+    return verify.check_collection(ctx, namespace, create=create)
+
+
+def plan(ctx: IngestContext, root: RootSpec, namespace: str, mode: SyncMode, force: bool,
+         include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> RootPlan:
+    """Discover a root and diff it against the stored state (writes nothing)."""
+    return plan_root(root, runtime=ctx, namespace=namespace, mode=mode, force=force,
+                     include=include, exclude=exclude, guard=guard)
+
+
+def convert(ctx: IngestContext, items: Sequence[PlanItem]) -> StageResult:
+    """Convert a batch of files to Markdown."""
+    return convert_stage(items, max_bytes=ctx.config.max_file_bytes, converter=ctx.converter())
+
+
+def chunk(config: ChunkConfig, converted: StageResult) -> StageResult:
+    """Chunk a batch of converted documents (needs only the chunk budget)."""
+    return chunk_stage(converted.work, config=config)
+
+
+def embed(ctx: IngestContext, chunked: StageResult) -> StageResult:
+    """Embed a batch's chunks (cache first, then the provider in batches)."""
+    return embed_stage(chunked.work, service=ctx.service)
+
+
+def upsert(ctx: IngestContext, embedded: StageResult, namespace: str, run_id: str) -> StageResult:
+    """Upsert, delete stale points, then commit state, document by document."""
+    return room.write_batch(embedded.work, ctx, namespace=namespace, run_id=run_id)
+
+
+def heal(ctx: IngestContext, items: Sequence[PlanItem], namespace: str,
+         run_id: str) -> StageResult:
+    """Re-embed the zero-vector chunks of unchanged partial documents."""
+    return room.heal_batch(items, ctx, namespace=namespace, run_id=run_id)
+
+
+def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> int:
+    """Refresh unchanged files' stat records; in full mode delete missing documents."""
+    room.finish_unchanged(rp, ctx)
+    return room.delete_missing(rp, ctx, namespace)
+
+
+BATCH_STAGES = (convert, chunk, embed, upsert)
+"""The stages every batch goes through, in order."""
+
+RETRIED = frozenset({embed, upsert, heal, finish_root, record_identity, check_collection})
+"""Steps a transient error (store unavailable, lock held, 5xx) may be retried for."""

@@ -1,0 +1,120 @@
+"""A document given as text (``kbsync.api.add_text``), through the runner's steps.
+
+The same checks in the same order as a file ingest (:mod:`kbsync.ingest.runner`):
+under the write lock, the embedder identity, its record, the collection check;
+then the plan rule of :func:`kbsync.ingest.state.plan_files`, and the chunk,
+embed and upsert steps a batch of files goes through. Only conversion is
+skipped: the text is the Markdown. Unlike a file, whose failure is reported and
+the run goes on, the one document's failure is raised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kbsync import errors
+from kbsync.errors import EmbeddingOutage, EmptyDocument, KbsyncError
+from kbsync.ingest import steps
+from kbsync.ingest.context import IngestContext
+from kbsync.ingest.executor import CONTEXT, Executor
+from kbsync.ingest.stages import DocWork, StageResult
+from kbsync.ingest.state import PlanItem
+from kbsync.models import DocState, DocStatus, Document, Failure, PlanAction, SourceFile
+
+
+@dataclass(frozen=True)
+class TextRequest:
+    """One text to store as document ``source.doc_id`` of ``namespace``."""
+
+    source: SourceFile  # content_hash set; ``path`` is the doc_id (nothing is read)
+    text: str
+    title: str
+    namespace: str
+    run_id: str
+
+
+@dataclass
+class TextOutcome:
+    """What :func:`ingest_text` did: the plan's action, the state now recorded, counters."""
+
+    action: PlanAction
+    state: DocState
+    counters: Counter = field(default_factory=Counter)
+
+
+def plan_text(ctx: IngestContext, source: SourceFile, namespace: str) -> PlanItem:
+    """The plan rule of :func:`kbsync.ingest.state.plan_files` for a text whose hash is known."""
+    previous = ctx.states.get(namespace, source.doc_id)
+    if previous is None:
+        return PlanItem(PlanAction.NEW, source, None)
+    if previous.fingerprint == ctx.fingerprint and previous.content_hash == source.content_hash:
+        action = PlanAction.HEAL if previous.status is DocStatus.PARTIAL else PlanAction.UNCHANGED
+        return PlanItem(action, source, previous)
+    return PlanItem(PlanAction.CHANGED, source, previous)
+
+
+def recorded_state(ctx: IngestContext, namespace: str, doc_id: str) -> DocState | None:
+    """The state record of ``doc_id`` (after a write: the one just committed)."""
+    return ctx.states.get(namespace, doc_id)
+
+
+def ingest_text(request: TextRequest, executor: Executor) -> TextOutcome:
+    """Store one text under the write lock (see the module docstring).
+
+    Raises:
+        EmbedderMismatch: the collection was built with another embedder.
+        EmptyDocument: the text chunks to nothing.
+        EmbeddingOutage: every chunk failed to embed (the previous version stays).
+        KbsyncError: the write failed (the previous version stays), or a run-level
+            condition (lock held, store unavailable, disk full).
+    """
+    ns, run_id = request.namespace, request.run_id
+    with executor.write_lock(ns):
+        bound = executor.call(steps.check_identity, CONTEXT, (), ns, False, label="check-identity")
+        executor.call(steps.record_identity, CONTEXT, bound, run_id, label="record-identity")
+        executor.call(steps.check_collection, CONTEXT, ns, True, label="check-collection")
+        item = executor.call(plan_text, CONTEXT, request.source, ns, label="plan")
+        if item.action is PlanAction.UNCHANGED:
+            assert item.previous is not None
+            return TextOutcome(item.action, item.previous)
+        if item.action is PlanAction.HEAL:
+            counters = _raise_failures(executor.call(steps.heal, CONTEXT, [item], ns, run_id,
+                                                     label="heal")).counters
+        else:
+            counters = _write(request, item, executor)
+        state = executor.call(recorded_state, CONTEXT, ns, request.source.doc_id, label="state")
+    assert state is not None
+    return TextOutcome(item.action, state, counters)
+
+
+def _write(request: TextRequest, item: PlanItem, executor: Executor) -> Counter:
+    """chunk -> embed -> upsert for the one document; its counters."""
+    document = Document(doc_id=request.source.doc_id, path=request.source.doc_id,
+                        markdown=request.text, title=request.title, source_type="text",
+                        converter="api")
+    converted = StageResult(work=[DocWork(item=item, document=document, title=request.title,
+                                          source_type="text")])
+    chunked = executor.call(steps.chunk, executor.chunk_config, converted, label="chunk")
+    if chunked.failures:
+        raise EmptyDocument(chunked.failures[0].message)
+    embedded = executor.call(steps.embed, CONTEXT, chunked, label="embed")
+    if embedded.failures:
+        raise EmbeddingOutage(embedded.failures[0].message)
+    written = _raise_failures(executor.call(steps.upsert, CONTEXT, embedded, request.namespace,
+                                            request.run_id, label="upsert"))
+    return embedded.counters + written.counters
+
+
+def _raise_failures(result: StageResult) -> StageResult:
+    if result.failures:
+        raise _error_of(result.failures[0])
+    return result
+
+
+def _error_of(failure: Failure) -> KbsyncError:
+    """The error a document's failure record names, raised for the one document."""
+    kind = getattr(errors, failure.error, None)
+    if isinstance(kind, type) and issubclass(kind, KbsyncError):
+        return kind(failure.message)
+    return KbsyncError(failure.message)

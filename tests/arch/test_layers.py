@@ -1,0 +1,125 @@
+"""The house keeps its architecture: wings import downwards only, and no module
+imports itself back through others.
+
+Layers, lowest first (a module may import its own wing and any lower layer):
+
+0. ``kbsync.errors``, ``kbsync.models``, ``kbsync.settings``, ``kbsync.openai_http``,
+   ``kbsync.retrying``
+1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``;
+   a floor uses another only through its interface (``*.base``) or the text tools
+2. ``kbsync.ingest``   3. ``kbsync.query``   4. ``kbsync.eval``
+5. the front doors: ``kbsync.app``, ``kbsync.api``, ``kbsync`` itself
+6. ``tasks``   7. ``flows`` and ``deployments``
+
+The one exception is stated: the front doors start Prefect runs, so they may
+import ``tasks`` and ``flows``, inside functions only (Prefect's import costs
+seconds and ``kbsync search --help`` must not pay it).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = {
+    "kbsync.errors": 0, "kbsync.models": 0, "kbsync.settings": 0, "kbsync.openai_http": 0,
+    "kbsync.retrying": 0,
+    "kbsync.text": 1, "kbsync.convert": 1, "kbsync.embed": 1, "kbsync.store": 1,
+    "kbsync.ingest": 2, "kbsync.query": 3, "kbsync.eval": 4,
+    "kbsync.app": 5, "kbsync.api": 5, "kbsync": 5, "tasks": 6, "flows": 7, "deployments": 7,
+}
+FLOORS = {"kbsync.text", "kbsync.convert", "kbsync.embed", "kbsync.store"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top in ("kbsync", "tasks", "flows", "deployments"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _wing(module: str) -> str:
+    """The longest LAYERS key that is ``module`` or a package above it."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LAYERS:
+            return ".".join(parts[:n])
+    raise AssertionError(f"{module} belongs to no layer: add it to LAYERS")
+
+
+def _imports(path: Path, known: dict[str, Path]):
+    """(imported module, line, at module level?) for each project import of ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
+                     else node.module for a in node.names]
+        for name in names:
+            if name.split(".")[0] in ("kbsync", "tasks", "flows", "deployments"):
+                yield name, node.lineno, id(node) in top_level or _in_guard(tree, node)
+
+
+def _in_guard(tree: ast.Module, node: ast.AST) -> bool:
+    """True for an import under a module-level ``if``/``try`` (still runs at import)."""
+    return any(node in ast.walk(n) for n in tree.body if isinstance(n, (ast.If, ast.Try)))
+
+
+def test_every_import_points_down_or_sideways_within_a_wing() -> None:
+    known = _modules()
+    wrong = []
+    for module, path in sorted(known.items()):
+        wing = _wing(module)
+        for target, line, eager in _imports(path, known):
+            to = _wing(target)
+            up = LAYERS[to] > LAYERS[wing]
+            floors_cross = (wing in FLOORS and to in FLOORS and wing != to
+                            and to != "kbsync.text" and not target.endswith(".base"))
+            allowed_lazy = LAYERS[wing] == 5 and to in ("tasks", "flows") and not eager
+            if (up and not allowed_lazy) or floors_cross:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {target}")
+    assert not wrong, "imports that climb:\n" + "\n".join(wrong)
+
+
+def test_no_import_circles() -> None:
+    """Late imports count too: a circle closed inside a function is still a circle."""
+    known = _modules()
+    graph = {m: {t for t, _, _ in _imports(p, known) if t in known and t != m
+                 and not (LAYERS[_wing(m)] == 5 and _wing(t) in ("tasks", "flows"))}
+             for m, p in known.items()}
+    # A package's __init__ importing its own submodules is not a circle worth reporting.
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start and len(path) > 1 and not _package_of(start, path):
+                    cycles.append(" -> ".join(path + [start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    assert not cycles, "import circles:\n" + "\n".join(sorted(set(cycles))[:20])
+
+
+def _package_of(start: str, path: list[str]) -> bool:
+    return any(start.startswith(p + ".") or p.startswith(start + ".") for p in path[1:])
+
+
+@pytest.mark.parametrize("module", ["kbsync.ingest", "kbsync.query", "kbsync.text",
+                                    "kbsync.eval", "kbsync.convert", "kbsync.embed",
+                                    "kbsync.store"])
+def test_the_core_wings_import_no_prefect(module: str) -> None:
+    for path in (ROOT / module.replace(".", "/")).rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "import prefect" not in text and "from prefect" not in text, path

@@ -1,0 +1,70 @@
+"""Each ingest task's ``.fn``: the step it wraps, with the process's runtime looked up
+from the settings (no Prefect run needed), and every step has its task."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr
+
+from kbtest import write_tree
+from kbsync.ingest import steps
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.plan import DeleteGuard
+from kbsync.ingest.stages import StageResult
+from kbsync.ingest.texts import plan_text, recorded_state
+from kbsync.models import SyncMode
+from tasks import ingest_tasks as t
+from tasks.resources import release, runtime_for
+
+
+@pytest.fixture
+def share_settings(settings, tmp_path):
+    share = tmp_path / "share"
+    write_tree(share, {"a.md": "# A\n\nalpha text", "b.md": "# B\n\nbeta text"})
+    yield parse_root(str(share)), settings
+    release(settings)
+
+
+def test_every_step_has_its_task_and_retries_only_idempotent_ones() -> None:
+    wrapped = {steps.check_identity, steps.preflight, steps.record_identity,
+               steps.check_collection, steps.plan, *steps.BATCH_STAGES, steps.heal,
+               steps.finish_root, plan_text, recorded_state}
+    assert set(t.TASK_OF) == wrapped
+    for step, task in t.TASK_OF.items():
+        assert (task.retries > 0) == (step in steps.RETRIED), task.name
+
+
+def test_the_tasks_fns_run_a_root_end_to_end(share_settings) -> None:
+    root, settings = share_settings
+    bound = t.check_identity.fn(settings, [root], "default", False)
+    assert t.preflight.fn(settings, root, "default", [], [], DeleteGuard()) == 0
+    t.record_identity.fn(settings, bound, "run-1")
+    assert t.check_collection.fn(settings, "default", True) is None
+    rp = t.plan.fn(settings, root, "default", SyncMode.FULL, False, [], [], DeleteGuard())
+    items = rp.to_process()
+    converted = t.convert.fn(settings, items)
+    chunked = t.chunk.fn(runtime_for(settings).chunk_config, converted)
+    embedded = t.embed.fn(settings, chunked)
+    written = t.upsert.fn(settings, embedded, "default", "run-1")
+    assert isinstance(written, StageResult) and written.counters["added"] == 2
+    assert t.heal.fn(settings, [], "default", "run-1").counters == {}
+    assert t.finish_root.fn(settings, rp, "default") == 0
+    assert t.state.fn(settings, "default", items[0].doc_id).chunk_count >= 1
+
+
+def test_a_stage_with_failed_files_ends_in_a_named_state(share_settings) -> None:
+    root, settings = share_settings
+    (root.path / "bad.pdf").write_bytes(b"%PDF-1.4 not really")
+    rp = t.plan.fn(settings, root, "default", SyncMode.INCREMENTAL, False, [], [], DeleteGuard())
+    state = t.convert.fn(settings, rp.to_process())
+    assert state.name == "Completed with failures" and "1 files failed" in state.message
+    assert len(state.data.failures) == 1 and len(state.data.work) == 2
+
+
+def test_settings_that_differ_only_in_a_secret_get_their_own_runtime(settings) -> None:
+    from tasks.resources import _key
+
+    one = settings.model_copy(update={"embed_api_key": SecretStr("key-one")})
+    two = settings.model_copy(update={"embed_api_key": SecretStr("key-two")})
+    assert _key(one) != _key(two) and _key(one) == _key(one.model_copy())
+    assert "key-one" not in _key(one)
