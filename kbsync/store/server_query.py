@@ -40,7 +40,8 @@ def translate(exc: Exception, action: str, name: str) -> KbsyncError:
     """Turn a qdrant-client / httpx / local-mode exception into a kbsync error."""
     text = f"qdrant: {action} on collection {name!r} failed: {exc}"
     if isinstance(exc, ResourceExhaustedResponse):
-        return StoreUnavailable(f"{text} (retry after {exc.retry_after_s}s)")
+        return StoreUnavailable(f"{text} (retry after {exc.retry_after_s}s)",
+                                retry_after=float(exc.retry_after_s))
     if isinstance(exc, ResponseHandlingException):
         if isinstance(exc.source, (httpx.TransportError, OSError)):
             return StoreUnavailable(f"qdrant: {action} on {name!r}: server unreachable: "
