@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Sequence
 
-from kbsync.app import cli_query
+from kbsync.app import cli_ask, cli_eval
 
 from kbsync.app import cli_remove
 
@@ -23,8 +23,8 @@ from kbsync.app import cli_support
 
 from kbsync.app import cli_verify
 from kbsync.app.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
-                                namespace_argument, score_argument, text_argument)
-from kbsync.errors import KbsyncError, RunEndedFailed
+                                k_argument, namespace_argument, run_result, score_argument,
+                                text_argument)
 log = logging.getLogger("kbsync.app.cli")
 
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     srch = sub.add_parser("search", help="search the knowledge base (no Prefect server needed)")
     srch.add_argument("query", metavar="QUERY", type=text_argument)
     srch.add_argument("--namespace", type=namespace_argument, default="default")
-    srch.add_argument("-k", type=_k, default=5, help="number of results (default 5)")
+    srch.add_argument("-k", type=k_argument, default=5, help="number of results (default 5)")
     srch.add_argument("--min-score", type=score_argument, default=None, metavar="S",
                       help="drop hits scoring below S (cosine in dense mode, fused score 0-1 in hybrid)")
     srch.add_argument("--mode", choices=["dense", "hybrid"], default="hybrid",
@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--namespace", type=namespace_argument, default=None,
                     help="only this namespace")
     st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    cli_query.register(sub)
+    cli_ask.register(sub)
+    cli_eval.register(sub)
     cli_remove.register(sub)
     cli_verify.register(sub)
     return parser
@@ -119,13 +120,6 @@ def _mqe(text: str) -> int:
     return value
 
 
-def _k(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError("must be between 1 and 100")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code.
 
@@ -140,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli_support.setup_logging(args.verbose)
         settings = cli_support.load_settings()
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
-                   **cli_query.COMMANDS, **cli_remove.COMMANDS,
+                   **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
                    **cli_verify.COMMANDS}[args.command]
         return command(args, settings)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, one object
@@ -216,27 +210,6 @@ def _ingest(args, settings) -> int:
     else:
         print_ingest(summary)
     return EXIT_PARTIAL if summary["failed"] else EXIT_OK
-
-
-def run_result(outcome) -> dict:
-    """A flow's JSON result: returned, or carried by the exception of a run that ended
-    Failed after doing its work (:class:`~kbsync.errors.RunEndedFailed`).
-
-    Raises:
-        BaseException: the flow's own error when it failed before a result existed.
-    """
-    if isinstance(outcome, dict):
-        return outcome
-    if isinstance(outcome, RunEndedFailed):
-        return outcome.result
-    raise _as_kbsync_error(outcome)
-
-
-def _as_kbsync_error(error) -> BaseException:
-    # A failed flow's state holds its exception: raise that one (main names its kind).
-    if isinstance(error, BaseException):
-        return error
-    return KbsyncError(f"run failed: {error}")
 
 
 def _search(args, settings) -> int:

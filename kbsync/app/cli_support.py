@@ -24,7 +24,7 @@ import os
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
-from kbsync.errors import ErrorCode, KbsyncError, StoreUnavailable, UsageError
+from kbsync.errors import ErrorCode, KbsyncError, RunEndedFailed, StoreUnavailable, UsageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 NAMESPACE_MAX = 200  # the ingest flow's parameter schema allows 1..200 characters
@@ -69,6 +69,14 @@ def score_argument(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+def k_argument(text: str) -> int:
+    """A result count ``-k``: an integer from 1 to 100."""
+    value = int(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError("must be between 1 and 100")
     return value
 
 
@@ -230,6 +238,27 @@ def reset_emitted() -> None:
     """Forget a printed object (``main`` runs once per process, tests call it repeatedly)."""
     global _emitted
     _emitted = False
+
+
+def run_result(outcome) -> dict:
+    """A flow's JSON result: returned, or carried by the exception of a run that ended
+    Failed after doing its work (:class:`~kbsync.errors.RunEndedFailed`).
+
+    Raises:
+        BaseException: the flow's own error when it failed before a result existed.
+    """
+    if isinstance(outcome, dict):
+        return outcome
+    if isinstance(outcome, RunEndedFailed):
+        return outcome.result
+    raise _as_kbsync_error(outcome)
+
+
+def _as_kbsync_error(error) -> BaseException:
+    # A failed flow's state holds its exception: raise that one (main names its kind).
+    if isinstance(error, BaseException):
+        return error
+    return KbsyncError(f"run failed: {error}")
 
 
 # -- reading an index that may not exist ---------------------------------------------------

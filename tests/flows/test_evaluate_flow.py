@@ -53,7 +53,7 @@ def sample_kb(settings, tmp_path):
 
 
 def _cli_args(*argv: str) -> argparse.Namespace:
-    from kbsync.app import cli_query
+    from kbsync.app import cli_eval
     from kbsync.app import cli_support
 
     # `kbsync` prints one JSON object per process and main() resets that per command;
@@ -61,7 +61,7 @@ def _cli_args(*argv: str) -> argparse.Namespace:
     cli_support.reset_emitted()
 
     parser = argparse.ArgumentParser()
-    cli_query.register(parser.add_subparsers(dest="command"))
+    cli_eval.register(parser.add_subparsers(dest="command"))
     return parser.parse_args(["eval", *argv])
 
 
@@ -103,7 +103,7 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     assert data["regression"]["baseline"] == "better-run"
 
     # The CLI exits 3 and prints the numbers on stderr (--accept: see tests/eval/test_report.py).
-    from kbsync.app.cli_query import run_eval
+    from kbsync.app.cli_eval import run_eval
 
     code = run_eval(_cli_args(QUERIES, "-k", "5", "--report-dir", str(reports), "--json"),
                     sample_kb)
@@ -114,7 +114,7 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
 
 
 def test_usage_errors_fail_before_any_search(prefect_api, sample_kb, tmp_path):
-    from kbsync.app.cli_query import run_eval
+    from kbsync.app.cli_eval import run_eval
 
     state = evaluate(queries_file=QUERIES, modes=["sparse"], report_dir=str(tmp_path),
                      return_state=True)

@@ -89,21 +89,21 @@ def test_ask_command_prints_json_and_readable_sources(chat, capsys):
     import argparse
     import json
 
-    from kbsync.app import cli_query, cli_support
+    from kbsync.app import cli_ask, cli_support
 
     # One JSON object per process: main() resets that per command, this test calls the
     # command function directly (and runs after other CLI tests), so reset it here.
     cli_support.reset_emitted()
     _, settings = chat
     parser = argparse.ArgumentParser()
-    cli_query.register(parser.add_subparsers(dest="command"))
+    cli_ask.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["ask", "How often are API keys rotated?", "-k", "2",
                               "--min-score", "0", "--json"])
-    assert cli_query.COMMANDS["ask"](args, settings) == 0
+    assert cli_ask.COMMANDS["ask"](args, settings) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["answered"] and [c["n"] for c in data["citations"]] == [1, 2]
     args = parser.parse_args(["ask", "How often are API keys rotated?", "-k", "2",
                               "--min-score", "0"])
-    assert cli_query.run_ask(args, settings) == 0
+    assert cli_ask.run_ask(args, settings) == 0
     out = capsys.readouterr().out
     assert "Sources" in out and "[1] kb/" in out and "[2] kb/" in out
