@@ -12,7 +12,8 @@ import threading
 from kbsync.embed.base import EmbeddingProvider, TextKind
 from kbsync.embed.cache import EmbeddingCache, cache_key
 from kbsync.embed.hash import HashEmbedder
-from kbsync.embed.service import BatchResult, EmbeddingService, EmbedOutcome
+from kbsync.embed.base import BatchResult
+from kbsync.embed.service import EmbeddingService, EmbedOutcome
 from kbsync.errors import UsageError
 from kbsync.settings import DEFAULT_HASH_DIMENSION, EmbedProvider, Settings
 

@@ -7,6 +7,7 @@ gets them the same way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -16,6 +17,15 @@ class TextKind(str, Enum):
 
     QUERY = "query"
     PASSAGE = "passage"
+
+
+@dataclass
+class BatchResult:
+    """One provider call's vectors and how many of its inputs were cut to fit."""
+
+    vectors: list[list[float]]
+    truncated: int = 0
+    requests: int = 0  # bisection requests behind these vectors (0 for one plain call)
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kbsync.embed.base import TextKind
-from kbsync.embed.service import BatchResult
+from kbsync.embed.base import BatchResult
 from kbsync.errors import EmbeddingPermanentError, UsageError
 
 log = logging.getLogger(__name__)

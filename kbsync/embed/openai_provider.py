@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import openai
 
 from kbsync.embed.base import TextKind
-from kbsync.embed.service import BatchResult
+from kbsync.embed.base import BatchResult
 from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError, InputRejected
 from kbsync.openai_http import parse_retry_after, redact_url, scrub, server_message
 

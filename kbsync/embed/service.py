@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
-from kbsync.embed.base import EmbeddingProvider, TextKind
+from kbsync.embed.base import BatchResult, EmbeddingProvider, TextKind
 from kbsync.embed.bisect import bisect_batch, bisect_budget
 from kbsync.embed.cache import EmbeddingCache, cache_key, pack_vector, unpack_vector
 from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError, InputRejected
@@ -40,15 +40,6 @@ from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass
-class BatchResult:
-    """One provider call's vectors and how many of its inputs were cut to fit."""
-
-    vectors: list[list[float]]
-    truncated: int = 0
-    requests: int = 0  # bisection requests behind these vectors (0 for one plain call)
 
 
 @dataclass
