@@ -9,7 +9,7 @@ comma (``，,``), whitespace, then hard character cuts. Units are packed
 greedily into chunks; each chunk after the first of a section starts with an
 overlap taken from the tail of the previous chunk.
 
-Invariants (tests/chunk/test_chunk_properties.py checks them):
+Invariants (tests/text/test_chunk_properties.py checks them):
 
 * every chunk's text is exactly ``markdown[start:end]`` for its span
   (``ChunkResult.spans``), without leading or trailing whitespace;
