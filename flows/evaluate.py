@@ -65,7 +65,7 @@ def evaluate(
                           embedding=embedding)
     result = t.write_eval_report(result, report_dir, margin=regression_margin,
                                  accept=accept_regression)
-    t.publish_eval(result)
+    t.publish_eval(result)  # in the flow body: the artifacts belong to this flow run
     for mode, metrics in result.modes.items():
         logger.info("eval %s %s: hit@%d %.3f, MRR %.3f, nDCG@10 %.3f, p50 %.1f ms", namespace,
                     mode, k, metrics["hit_rate"] or 0, metrics["mrr"] or 0,

@@ -2,10 +2,13 @@
 
 One task per retrieval mode, run one after the other so each mode's latency
 is measured without the others competing for the CPU. Searching writes
-nothing, so a retried task simply searches again.
+nothing, so a retried task simply searches again. :func:`publish_eval` is
+not a task: the flow calls it so its artifacts belong to the flow run.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -63,12 +66,35 @@ def write_eval_report(result: ev.EvalResult, report_dir: str, *, margin: float,
     return write_report(result, report_dir, margin=margin, accept=accept)
 
 
-@task(name="publish-eval", tags=["kbsync", "eval"], **COMMON)
+def report_paths_markdown(result: ev.EvalResult) -> str:
+    """Where this run's reports were written, as a Markdown list (paths as written)."""
+    report = result.report
+    return "\n".join([
+        "## Reports", "",
+        f"- per-query CSV: `{report.get('per_query_csv', '?')}`",
+        f"- chart PNG: `{report.get('chart_png', '?')}`",
+        f"- summary Markdown: `{report.get('summary_md', '?')}`",
+        (f"- result JSON: `{report.get('result_json', '?')}` (latest: "
+         f"`{report.get('latest_json', '?')}`, history: `{report.get('history', '?')}`)"),
+    ]) + "\n"
+
+
 def publish_eval(result: ev.EvalResult) -> None:
-    """Table and Markdown artifacts under keys stable per namespace (history in the UI)."""
+    """Table and Markdown artifacts under keys stable per namespace (history in the UI).
+
+    A plain function called from the flow body, not a task: Prefect attaches an
+    artifact to the innermost run, so created here they belong to the evaluate
+    flow run (``task_run_id`` None) and show on its page. Both name the folder
+    and files the reports went to; ``result.report`` must be filled
+    (:func:`write_eval_report` ran).
+    """
     ns = result.namespace
+    folder = str(Path(result.report.get("summary_md", "?")).parent)
     create_table_artifact(key=artifact_key("kbsync-eval", ns), table=table_rows(result),
-                          description=f"kbsync retrieval metrics per mode, namespace {ns}")
+                          description=f"kbsync retrieval metrics per mode, namespace {ns}; "
+                                      f"reports (CSV, PNG, Markdown) in `{folder}`")
     create_markdown_artifact(key=artifact_key("kbsync-eval-summary", ns),
-                             markdown=summary_markdown(result),
-                             description=f"kbsync evaluation summary, namespace {ns}")
+                             markdown=summary_markdown(result) + "\n" +
+                             report_paths_markdown(result),
+                             description=f"kbsync evaluation summary, namespace {ns}; "
+                                         f"reports in `{folder}`")

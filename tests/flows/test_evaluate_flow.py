@@ -17,12 +17,14 @@ from kbtest import REPO, SAMPLE
 QUERIES = str(REPO / "data" / "eval" / "sample_queries.jsonl")
 
 
-def _artifacts(key: str):
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+def _artifacts(key: str, flow_run_id):
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
+                                                ArtifactFilterKey)
 
     with get_client(sync_client=True) as client:
         return client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=[key])))
+            key=ArtifactFilterKey(any_=[key]),
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
 
 
 def _task_names(flow_run_id) -> set[str]:
@@ -80,14 +82,23 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     assert data["warnings"] == [] and data["regression"]["passed"]
     for key in ("per_query_csv", "summary_md", "chart_png", "latest_json"):
         assert (reports / data["report"][key].split(str(reports) + "/", 1)[1]).is_file()
-    names = _task_names(state.state_details.flow_run_id)
+    run_id = state.state_details.flow_run_id
+    names = _task_names(run_id)
     assert {"search-dense", "search-hybrid"} <= names  # named after the mode
-    for task_name in ("load-queries", "check-labels", "write-report", "publish-eval"):
+    for task_name in ("load-queries", "check-labels", "write-report"):
         assert any(n.startswith(task_name + "-") for n in names), (task_name, names)
-    table = _artifacts(artifact_key("kbsync-eval", "default"))
-    assert table and '"mode": "hybrid"' in table[0].data
-    summary = _artifacts(artifact_key("kbsync-eval-summary", "default"))
-    assert summary and "nDCG@10" in summary[0].data
+    # The artifacts belong to the flow run (its page shows them), not to a task run,
+    # and say where the reports went.
+    (table,) = _artifacts(artifact_key("kbsync-eval", "default"), run_id)
+    (summary,) = _artifacts(artifact_key("kbsync-eval-summary", "default"), run_id)
+    run_folder = str(reports / data["report"]["run"])
+    for artifact in (table, summary):
+        assert artifact.flow_run_id == run_id and artifact.task_run_id is None
+        assert run_folder in artifact.description
+    assert '"mode": "hybrid"' in table.data
+    assert "nDCG@10" in summary.data
+    for key in ("per_query_csv", "chart_png", "summary_md"):
+        assert f"`{data['report'][key]}`" in summary.data
 
     # A better earlier run (as if the last change made retrieval worse): the gate trips.
     history = reports / "history.jsonl"
