@@ -29,13 +29,16 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kbsync.errors import UsageError
 from kbsync.ingest.lock import ingest_lock_path, write_lock
 from kbsync.models import DocStatus, PlanAction, SourceFile
 from kbsync.settings import Settings
 from kbsync.store.base import Filter
+
+if TYPE_CHECKING:
+    from kbsync.app.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ class KnowledgeBase:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self._runtime = None
+        self._runtime: Runtime | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> "KnowledgeBase":
@@ -170,8 +173,10 @@ class KnowledgeBase:
                               namespace=namespace, run_id=f"api-{uuid.uuid4()}")
         done = ingest_text(request, InProcess(runtime, write_lock=self._lock))
         counters = done.counters
-        status = {PlanAction.NEW: "added", PlanAction.CHANGED: "updated",
-                  PlanAction.HEAL: "healed", PlanAction.UNCHANGED: "unchanged"}[done.action]
+        statuses: dict[PlanAction, AddStatus] = {
+            PlanAction.NEW: "added", PlanAction.CHANGED: "updated",
+            PlanAction.HEAL: "healed", PlanAction.UNCHANGED: "unchanged"}
+        status = statuses[done.action]
         return AddResult(doc_id=doc_id, namespace=namespace, status=status,
                          chunks=done.state.chunk_count,
                          embeddings_computed=counters["embeddings_computed"],

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import sys
+from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from kbsync.errors import ErrorCode, KbsyncError, RunEndedFailed, StoreUnavailable, UsageError
@@ -39,7 +40,7 @@ class ArgumentParser(argparse.ArgumentParser):
     errors come here too.
     """
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         """Raise instead of printing the usage block and exiting."""
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 

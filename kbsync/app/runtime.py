@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kbsync.text.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
 from kbsync.convert import CONVERTER_VERSION, convert
@@ -23,6 +23,9 @@ from kbsync.ingest.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
 from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
 from kbsync.models import Document
+
+if TYPE_CHECKING:
+    from kbsync.convert.isolate import IsolatedConverter
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ class Runtime:
     service: Embedder | None  # None when opened without one (stats, verify)
     chunk_config: ChunkConfig
     config: IngestConfig = field(init=False)
-    _converter: object = field(default=None, repr=False)
+    _converter: IsolatedConverter | None = field(default=None, repr=False)
     _converter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +79,7 @@ class Runtime:
         # The fit (the model's input limit) only enters when active, so stores built
         # without one keep their fingerprints.
         fit = {"chunk_fit": self.chunk_config.fit.name} if self.chunk_config.fit else {}
+        service = self._embedder()
         return fingerprint(
             converter=CONVERTER_VERSION,
             chunker=CHUNKER_VERSION,
@@ -83,23 +87,34 @@ class Runtime:
             chunk_overlap=self.chunk_config.overlap,
             chunk_max_chars=self.chunk_config.max_chars,
             sparse=SPARSE_VERSION,
-            provider=self.service.provider,
-            model=self.service.model,
-            dimension=self.service.dimension,
+            provider=service.provider,
+            model=service.model,
+            dimension=service.dimension,
             **fit,
         )
 
     def embedding_info(self) -> dict:
         """Provider, model and dimension, as shown by ``kbsync stats``."""
-        return {"provider": self.service.provider, "model": self.service.model,
-                "dimension": self.service.dimension}
+        service = self._embedder()
+        return {"provider": service.provider, "model": service.model,
+                "dimension": service.dimension}
 
     def ensure_collection(self) -> None:
         """Create the chunk collection (dense + BM25 sparse vectors), or fail clearly on a
         dimension mismatch."""
-        self.store.ensure_collection(self.collection, dimension=self.service.dimension,
+        self.store.ensure_collection(self.collection, dimension=self._embedder().dimension,
                                      keyword_indexes=CHUNK_INDEXES, sparse=True,
                                      bool_indexes=CHUNK_BOOL_INDEXES)
+
+    def _embedder(self) -> Embedder:
+        """``service``, for what describes or writes vectors.
+
+        Raises:
+            RuntimeError: the runtime was opened without one (``with_embedder=False``).
+        """
+        if self.service is None:
+            raise RuntimeError("this Runtime was opened without an embedder (with_embedder=False)")
+        return self.service
 
     @classmethod
     def open(cls, settings: Settings, *, with_embedder: bool = True,

@@ -181,5 +181,5 @@ def _display(path: Path) -> str:
     return display_path(path)
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())

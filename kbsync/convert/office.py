@@ -219,7 +219,7 @@ def _convert_html(data: bytes, name: str) -> Extracted:
             tag.decompose()
         elif tag.name == "header" and not tag.find(["h1", "h2"]):
             tag.decompose()  # a site header (logo, menu); keep an article header with its title
-    main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup
+    main = soup.find("main") or soup.find(None, {"role": "main"}) or soup.body or soup
     try:
         html = f"<html><body>{main}</body></html>"
         md = _get_converters()[".html"].convert_string(html, **_MARKDOWNIFY).markdown

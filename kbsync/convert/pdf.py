@@ -346,7 +346,7 @@ def _grid_area(page):
     return area + (-3, -3, 3, 3)
 
 
-def _find_tables(page, clip, lines: list[_Line]) -> list[tuple[tuple[float, ...], str]]:
+def _find_tables(page, clip, lines: list[_Line]) -> list[tuple[tuple[float, float, float, float], str]]:
     try:
         found = page.find_tables(clip=clip, use_layout=False).tables
     except Exception as exc:  # table detection is an extra: never fail the page for it
@@ -356,7 +356,8 @@ def _find_tables(page, clip, lines: list[_Line]) -> list[tuple[tuple[float, ...]
     for table in found:
         rows = _table_rows(table, lines)
         if len(rows) >= 2 and len(rows[0]) >= 2:
-            tables.append((tuple(table.bbox), _markdown_table(rows)))
+            x0, y0, x1, y1 = table.bbox
+            tables.append(((x0, y0, x1, y1), _markdown_table(rows)))
     return tables
 
 

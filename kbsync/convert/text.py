@@ -124,24 +124,24 @@ def decode_text(data: bytes, name: str) -> tuple[str, str, list[str]]:
             except UnicodeDecodeError as exc:
                 raise CorruptDocument(f"{name}: invalid {encoding} after its BOM: {exc.reason}") from exc
     if b"\x00" in data:
-        encoding = _bomless_utf16(data)
-        if encoding is None:
+        utf16 = _bomless_utf16(data)
+        if utf16 is None:
             raise CorruptDocument(f"{name}: binary content (NUL bytes) in a text file")
         try:
-            return data.decode(encoding), encoding, []
+            return data.decode(utf16), utf16, []
         except UnicodeDecodeError as exc:
             raise CorruptDocument(f"{name}: binary content (NUL bytes) in a text file") from exc
     try:
         return data.decode("utf-8"), "utf-8", []
     except UnicodeDecodeError:
         pass
-    encoding = _detect_legacy(data)
-    if encoding is not None:
+    legacy = _detect_legacy(data)
+    if legacy is not None:
         try:
-            return data.decode(encoding), encoding, []
+            return data.decode(legacy), legacy, []
         except UnicodeDecodeError:
             # the sample decoded but a later byte did not: fall through to Latin-1
-            logger.debug("%s: %s failed past the detection sample", name, encoding)
+            logger.debug("%s: %s failed past the detection sample", name, legacy)
     return data.decode("latin-1"), "latin-1", ["encoding not recognised; decoded as Latin-1"]
 
 

@@ -40,7 +40,9 @@ class EmbeddingProvider(Protocol):
 
     provider: str
     model: str
-    dimension: int
+
+    @property
+    def dimension(self) -> int: ...  # read-only: the real providers compute it
 
     def embed_batch(self, texts: Sequence[str], kind: TextKind) -> list[list[float]]:
         """Return one vector per text, in input order.

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from kbsync.embed.base import BatchResult
 from kbsync.errors import EmbeddingTransientError, InputRejected
 
 
@@ -50,7 +51,7 @@ def bisect_budget(size: int) -> int:
 
 def bisect_batch(
     texts: Sequence[str],
-    call: Callable[[list[str]], "object"],
+    call: Callable[[list[str]], BatchResult],
     *,
     budget: int,
     accepted: Callable[[], bool],
@@ -59,8 +60,7 @@ def bisect_batch(
 
     Args:
         texts: the batch that failed (at least one text).
-        call: one request, no retries: texts -> an object with ``vectors`` and
-            ``truncated`` (a :class:`~kbsync.embed.service.BatchResult`).
+        call: one request, no retries: texts -> their :class:`~kbsync.embed.base.BatchResult`.
         budget: most requests to spend.
         accepted: True once the endpoint has accepted any request.
 

@@ -205,7 +205,7 @@ class EmbeddingCache:
                 "timeout": self._timeout}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["directory"], size_limit_bytes=state["size_limit"], timeout_s=state["timeout"])
+        EmbeddingCache.__init__(self, state["directory"], size_limit_bytes=state["size_limit"], timeout_s=state["timeout"])
 
     def __repr__(self) -> str:
         return f"EmbeddingCache({self.directory!r})"

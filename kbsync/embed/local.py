@@ -161,8 +161,11 @@ class _SentenceTransformerEngine:
             pass
         self.model = SentenceTransformer(str(path), device=device or "cpu", local_files_only=True)
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
-        self.dimension = int(get_dim())
-        self.max_tokens = int(self.model.max_seq_length)
+        dimension, max_tokens = get_dim(), self.model.max_seq_length
+        if dimension is None or max_tokens is None:  # every bundled model states both
+            raise EmbeddingPermanentError(f"local model at {path} states no dimension or input limit")
+        self.dimension = int(dimension)
+        self.max_tokens = int(max_tokens)
         self.lock = threading.Lock()
         # Copied before any thread can encode: reading the tokenizer while the model
         # reconfigures it in another thread is what this copy exists to avoid.

@@ -188,7 +188,8 @@ class OpenAIEmbedder:
         if all(i is None for i in indexes):
             ordered = list(data)  # some servers omit index; list order is all we have
         elif sorted(i for i in indexes if isinstance(i, int)) == list(range(count)):
-            ordered = [item for _, item in sorted(zip(indexes, data), key=lambda pair: pair[0])]
+            by_index = dict(zip(indexes, data))
+            ordered = [by_index[i] for i in range(count)]
         else:
             raise EmbeddingPermanentError(
                 f"{self._where()}: malformed response: indexes are not a permutation of 0..{count - 1}"

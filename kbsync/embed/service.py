@@ -43,6 +43,16 @@ T = TypeVar("T")
 
 
 @dataclass
+class _Bisected:
+    """A failed batch after bisection: vectors in input order, None where an input kept
+    failing; ``requests`` is what bisecting cost."""
+
+    vectors: list[list[float] | None]
+    truncated: int
+    requests: int
+
+
+@dataclass
 class EmbedOutcome:
     """Vectors for one :meth:`EmbeddingService.embed_passages` call.
 
@@ -278,6 +288,7 @@ class EmbeddingService:
                 pending.extendleft(reversed([(s, min(s + size, end)) for s in range(start, end, size)]))
                 continue
             batch = texts[start:end]
+            result: BatchResult | _Bisected | None
             try:
                 result = self._attempt_batch(batch, kind, dim, retries)
             except BatchTooLarge as exc:
@@ -307,7 +318,7 @@ class EmbeddingService:
             return self.fail_fast_after > 0 and self._consecutive_failures >= self.fail_fast_after
 
     def _bisect(self, batch: list[str], kind: TextKind, dim: int,
-                rejected: InputRejected | None) -> BatchResult:
+                rejected: InputRejected | None) -> _Bisected:
         """Vectors of the inputs of a failed batch that embed alone or in smaller groups;
         None where an input keeps failing. ``requests`` counts what it cost.
 
@@ -318,7 +329,7 @@ class EmbeddingService:
         if len(batch) == 1:  # nothing to split: the input itself failed
             if rejected is not None and not self._accepted:
                 raise rejected
-            return BatchResult([None], 0)
+            return _Bisected([None], 0, 0)
 
         def once(texts: list[str]) -> BatchResult:
             result = self._call(texts, kind, dim)
@@ -331,8 +342,8 @@ class EmbeddingService:
                     "fall back, %d embedded%s", len(batch), rejected or "attempts exhausted",
                     found.requests, len(found.fallback), len(found.vectors),
                     f"; stopped: {found.stopped}" if found.stopped else "")
-        return BatchResult([found.vectors.get(i) for i in range(len(batch))], found.truncated,
-                           found.requests)
+        return _Bisected([found.vectors.get(i) for i in range(len(batch))], found.truncated,
+                         found.requests)
 
     def _attempt_batch(self, batch: list[str], kind: TextKind, dim: int, retries: list[int]) -> BatchResult | None:
         """One batch with retries; None when its attempts are exhausted."""

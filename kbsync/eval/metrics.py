@@ -78,7 +78,7 @@ def recall_at_k(ranked: Sequence[str], relevant: AbstractSet[str], k: int) -> fl
     _check_k(k)
     if not relevant:
         return None
-    return len(relevant.intersection(ranked[:k])) / len(relevant)
+    return len(set(ranked[:k]) & relevant) / len(relevant)
 
 
 def ndcg_at_k(ranked: Sequence[str], relevant: AbstractSet[str], k: int = 10) -> float | None:

@@ -59,14 +59,16 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
 
 
 def _parse_jsonl(text: str) -> tuple[list[EvalQuery], list[tuple[int, str]]]:
-    queries, problems = [], []
+    queries: list[EvalQuery] = []
+    problems: list[tuple[int, str]] = []
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
         try:
             obj = json.loads(raw)
-        except ValueError as exc:
-            problems.append((number, f"not valid JSON ({exc.msg})"))
+        except ValueError as exc:  # JSONDecodeError, or an integer over Python's digit limit
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            problems.append((number, f"not valid JSON ({reason})"))
             continue
         if not isinstance(obj, dict):
             problems.append((number, "expected a JSON object"))

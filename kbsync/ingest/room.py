@@ -55,11 +55,11 @@ def heal_batch(items: Sequence[PlanItem], ctx: IngestContext, *, namespace: str,
 
 def finish_unchanged(rp: RootPlan, ctx: IngestContext) -> None:
     """Refresh size/mtime of unchanged files whose hash was checked."""
-    items = [i for i in rp.plan.of(PlanAction.UNCHANGED) if i.previous is not None]
-    stale = any((i.previous.size, i.previous.mtime_ns) != (i.file.size, i.file.mtime_ns)
-                for i in items)
+    pairs = [(i.file, i.previous) for i in rp.plan.of(PlanAction.UNCHANGED)
+             if i.file is not None and i.previous is not None]
+    stale = any((p.size, p.mtime_ns) != (f.size, f.mtime_ns) for f, p in pairs)
     with room_for([], ctx, what="refreshing state records", writes=stale):
-        touch_states([i.file for i in items], [i.previous for i in items], ctx.states)
+        touch_states([f for f, _ in pairs], [p for _, p in pairs], ctx.states)
 
 
 def delete_missing(rp: RootPlan, ctx: IngestContext, namespace: str) -> int:

@@ -210,13 +210,14 @@ def plan_files(
                                               or previous.fingerprint == REPAIR_FINGERPRINT)
         same_settings = (previous is not None and not force and not repairing
                          and previous.fingerprint == fingerprint)
-        if same_settings and (previous.size, previous.mtime_ns) == (source.size,
-                                                                    source.mtime_ns):
+        if (same_settings and previous is not None
+                and (previous.size, previous.mtime_ns) == (source.size, source.mtime_ns)):
             source = _with_hash(source, previous.content_hash)  # stat check: not read
         else:
-            source = _hashed(source, plan)
-            if source is None:
+            hashed = _hashed(source, plan)
+            if hashed is None:
                 continue
+            source = hashed
         if previous is None:
             action = PlanAction.NEW
         elif same_settings and source.content_hash == previous.content_hash:

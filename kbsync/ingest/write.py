@@ -18,12 +18,15 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from kbsync.models import Chunk, DocState, DocStatus, SourceFile
 from kbsync.text.sparse import encode_document
 from kbsync.ingest.state import StateStore, utc_now
 from kbsync.store.base import Filter, Point, VectorStore
+
+if TYPE_CHECKING:
+    from kbsync.embed.service import EmbedOutcome
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +161,7 @@ def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
 def heal_document(
     source: SourceFile, previous: DocState, *, store: VectorStore, states: StateStore,
     service, collection: str, namespace: str, run_id: str,
-) -> tuple[DocState, object]:
+) -> tuple[DocState, EmbedOutcome]:
     """Re-embed the zero-vector chunks of an unchanged ``partial`` document.
 
     No conversion or chunking: the flagged points' stored texts are embedded

@@ -154,7 +154,8 @@ def ask(
 def _context(hits: Sequence[SearchHit], min_score: float | None,
              max_chars: int) -> list[SearchHit]:
     """The hits worth answering from, best first, within the character budget."""
-    kept, used = [], 0
+    kept: list[SearchHit] = []
+    used = 0
     for hit in hits:
         if min_score is not None and hit.score < min_score:
             continue

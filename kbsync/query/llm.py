@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from kbsync.errors import LLMError, LLMNotConfigured, LLMPermanentError, LLMTransientError
 from kbsync.openai_http import parse_retry_after, redact_url, scrub, server_message
@@ -93,13 +94,14 @@ class ChatClient:
         """
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": system}, {"role": "user", "content": user}]
         return call_with_retries(
             lambda: self._once(messages, max_tokens, temperature), retry_on=LLMTransientError,
             attempts=self.max_attempts, wait=_WAIT, sleep=self._sleep, on_retry=self._log_retry)
 
     # -- internals ----------------------------------------------------------------------------
-    def _once(self, messages: list[dict], max_tokens: int, temperature: float) -> str:
+    def _once(self, messages: list[ChatCompletionMessageParam], max_tokens: int, temperature: float) -> str:
         try:
             response = self._client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=max_tokens,

@@ -240,7 +240,7 @@ class EdgeStore:
         if handle is None or not checked:
             return
         with handle.lock, _errors("delete ids", name):
-            handle.shard.update(qe.UpdateOperation.delete_points(checked))
+            handle.shard.update(qe.UpdateOperation.delete_points(list(checked)))
 
     def delete(self, name: str, flt: Filter) -> None:
         """Delete every point matching ``flt``.

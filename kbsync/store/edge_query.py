@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 import qdrant_edge as qe
@@ -53,17 +53,22 @@ errors = cv.error_context(translate)
 
 
 def _match_value(value: Scalar) -> Any:
-    # See module docstring: only numpy.bool_ reaches the engine as a bool.
-    return qe.MatchValue(np.bool_(value) if isinstance(value, bool) else value)
+    # See module docstring: only numpy.bool_ reaches the engine as a bool; the stub knows
+    # only the Python types.
+    if isinstance(value, bool):
+        return qe.MatchValue(np.bool_(value))  # type: ignore[arg-type]  # see above
+    return qe.MatchValue(value)
 
 
 def _condition(match: Match) -> Any:
     """One kbsync Match as an edge condition."""
     if match.any_of is None:
+        assert match.value is not None  # check_match: exactly one of value and any_of is set
         return qe.FieldCondition(key=match.key, match=_match_value(match.value))
     values = list(match.any_of)
-    if cv.any_of_kind(values) != "mixed":
-        return qe.FieldCondition(key=match.key, match=qe.MatchAny(values))
+    if cv.any_of_kind(values) != "mixed":  # so all str or all int, as MatchAny wants
+        return qe.FieldCondition(key=match.key,
+                                 match=qe.MatchAny(cast("list[str] | list[int]", values)))
     # MatchAny takes only all-str or all-int lists: "one of" becomes OR of equalities.
     return qe.Filter(should=[qe.FieldCondition(key=match.key, match=_match_value(v))
                              for v in values])
@@ -72,7 +77,7 @@ def _condition(match: Match) -> Any:
 def to_edge_filter(flt: Filter | None) -> Any:
     """Translate our filter into ``qdrant_edge.Filter`` (``None`` when empty)."""
     flt = cv.check_filter(flt)
-    if cv.is_empty(flt):
+    if flt is None or cv.is_empty(flt):
         return None
     return qe.Filter(
         must=[_condition(m) for m in flt.must] or None,
@@ -177,7 +182,9 @@ def hybrid_request(dense: Sequence[float], sparse: SparseVec, *, limit: int,
             limit=candidate_limit, filter=edge_filter,
             query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values),
                                    using=SPARSE)))
-    return qe.QueryRequest(limit=limit, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K),
+    # qdrant-edge 0.9's stub does not list Fusion.Rrf among the query types the engine takes.
+    return qe.QueryRequest(limit=limit, prefetches=prefetches,
+                           query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]
                            filter=edge_filter, with_payload=True, with_vector=False)
 
 

@@ -119,6 +119,7 @@ def recv_frame(sock: socket.socket) -> dict | None:
     if size > MAX_FRAME:
         raise StoreError(f"relay message of {size} bytes is over the {MAX_FRAME}-byte limit")
     body = _recv_exact(sock, size, eof_ok=False)
+    assert body is not None  # without eof_ok, EOF raises
     try:
         message = json.loads(body)
     except ValueError as exc:
@@ -227,14 +228,14 @@ OPS: dict[str, Callable[[Any, dict], Any]] = {
 """The read operations served: ``OPS[op](edge_store, args)`` returns the JSON result."""
 
 
-def run_op(store: Any, op: str, args: Any) -> Any:
+def run_op(store: Any, op: object, args: Any) -> Any:
     """Run one operation on ``store`` (an ``EdgeStore``) and return its JSON result.
 
     Raises:
         KbsyncError: what the store raised.
         StoreError: an unknown operation or malformed arguments.
     """
-    handler = OPS.get(op)
+    handler = OPS.get(op) if isinstance(op, str) else None  # a JSON list is unhashable
     if handler is None:
         raise StoreError(f"the relay has no operation {op!r} (reader and ingest run different "
                          "kbsync versions?)")

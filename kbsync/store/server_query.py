@@ -80,7 +80,7 @@ def condition(match: Match) -> Any:
 def to_client_filter(flt: Filter | None) -> models.Filter | None:
     """Translate our filter into ``qdrant_client.models.Filter`` (``None`` when empty)."""
     flt = cv.check_filter(flt)
-    if cv.is_empty(flt):
+    if flt is None or cv.is_empty(flt):
         return None
     return models.Filter(
         must=[condition(m) for m in flt.must] or None,

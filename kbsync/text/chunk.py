@@ -321,6 +321,7 @@ def _section_spans(md: str, s: int, e: int, cfg: ChunkConfig,
 def _shrunk(cfg: ChunkConfig, text: str, pieces: int) -> ChunkConfig:
     """A budget under which ``text`` (``pieces`` model tokens) would fit; both bounds shrink
     strictly, so repeated shrinking ends at (1, 1)."""
+    assert cfg.fit is not None  # only _section_spans calls it, under a fit
     ratio = _FIT_MARGIN * cfg.fit.limit / pieces
     tokens = max(1, min(cfg.max_tokens - 1, int(count_tokens(text) * ratio)))
     chars = max(1, min(cfg.max_chars - 1, int(len(text) * ratio)))
