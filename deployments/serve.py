@@ -6,13 +6,17 @@
 The deployments are read from ``prefect.yaml``, so this route and the work-pool
 route (``prefect deploy --all`` + ``prefect worker start --pool kbsync``)
 register the same names, parameters, schedules, concurrency limits and
-triggers; only the work pool and the pull step differ. Flow runs execute as
+triggers; only the work pool and the pull step differ. It also registers
+prefect.yaml's top-level automations (the heartbeat crash detection), as
+``deployments/automations.py`` does on the work-pool route. Flow runs execute as
 subprocesses of this process, in the project directory, with this process's
 environment: export ``KBSYNC_*`` settings and secrets before starting it.
 
-SIGTERM or Ctrl-C stops it cleanly (exit 0): in-flight runs are cancelled (the
-next run finishes their work) and the served deployments are paused until the
-next start, so no backlog of late runs piles up while nothing is serving them.
+The first SIGTERM or Ctrl-C stops it cleanly (exit 0): in-flight runs are
+cancelled (the next run finishes their work) and the served deployments are
+paused until the next start, so no backlog of late runs piles up while nothing
+is serving them. Under systemd use ``KillMode=mixed`` (docs/OPERATIONS.md): the
+runner ends its flow-run processes itself; only stragglers get SIGKILL.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+import httpx
 import yaml
+
+from deployments.automations import load_automations, sync_automations
 
 if TYPE_CHECKING:
     from prefect.deployments.runner import RunnerDeployment
@@ -159,11 +166,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in env.items():
         # The caller's environment wins: these are defaults, as for a worker's job env.
         os.environ.setdefault(key, value)
+    try:
+        automations = load_automations(prefect_file)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        sync_automations(automations)
+    except httpx.HTTPError as exc:  # server down or refusing: one line, exit 1
+        log.error("cannot register automations: %s: %s", type(exc).__name__, exc)
+        return 1
     deployments = [to_runner_deployment(spec) for spec in specs]
     log.info("serving %s from %s", [d.name for d in deployments], PROJECT_DIR)
 
     from prefect import serve
 
+    # Prefect's runner owns SIGTERM from here: it cancels in-flight runs and returns.
     serve(*deployments, limit=args.limit)
     log.info("stopped")
     return 0

@@ -199,8 +199,12 @@ def start_flow_watch(settings: Settings) -> None:
         _flow_dog = dog
 
 
-def stop_flow_watch(*_hook_args) -> None:
-    """Stop what :func:`start_flow_watch` started (a Prefect flow state hook)."""
+def stop_flow_watch(*_hook_args, **_hook_kwargs) -> None:
+    """Stop what :func:`start_flow_watch` started (a Prefect flow state hook).
+
+    Takes any arguments: the engine passes ``(flow, flow_run, state)`` positionally,
+    a worker or runner running on_cancellation hooks passes them by keyword.
+    """
     global _flow_dog
     dog, _flow_dog = _flow_dog, None
     _stop(dog)

@@ -1,0 +1,134 @@
+"""One SIGTERM stops deployments/worker.py and deployments/serve.py cleanly (exit 0, seconds).
+
+Against a real ``prefect server start``: the worker runs a backfill deployed from
+prefect.yaml and is stopped in the middle of it (the run and its subflow end
+Cancelled); then serve.py registers the deployments and prefect.yaml's automations
+and is stopped once it polls. serve.py re-registers the deployments without a pool,
+so it runs last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from opskit import BIN, PREFECT, ROOT, Stack, cli, free_port, start, stop, tail, wait_for
+
+pytestmark = pytest.mark.slow
+
+POOL = "kbsync"
+GRACE_S = 20        # worker.py --grace
+STOP_BOUND_S = 15   # a few seconds on a busy 2-core machine (idle serve.py: ~3 s)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """Server + the kbsync pool + the backfill deployment from prefect.yaml."""
+    tmp = tmp_path_factory.mktemp("stop")
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBSYNC_"))}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(tmp / "prefect"),
+               PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_SERVER_UI_ENABLED="false", PREFECT_CLI_PROMPT="false",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    worker_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
+                  "PREFECT_WORKER_QUERY_SECONDS": "1", "PYTHONUNBUFFERED": "1"}
+    log = tmp / "server.log"
+    proc = start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                  "--no-scheduler", "--no-ui", "--analytics-off"], env, log)
+    http = httpx.Client(base_url=api, timeout=30)
+    try:
+        def healthy() -> bool:
+            assert proc.poll() is None, f"server exited:\n{tail(log)}"
+            try:
+                return http.get("/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, 150, "the Prefect server")
+        stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
+        made = cli(stack, "work-pool", "create", POOL, "--type", "process")
+        assert made.returncode == 0, made.stdout + made.stderr
+        deployed = cli(stack, "deploy", "-n", "backfill", timeout=240)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        yield stack
+    finally:
+        stop(proc)
+        http.close()
+
+
+def _stopped_within(proc: subprocess.Popen, bound_s: float) -> tuple[int, float]:
+    """Send one SIGTERM; the exit code and the seconds it took (fails past ``bound_s``)."""
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(bound_s)  # TimeoutExpired: it did not stop on the first SIGTERM
+    return code, time.monotonic() - began
+
+
+def test_worker_stops_on_first_sigterm_and_cancels_its_run(stack):
+    share = stack.tmp / "big"
+    share.mkdir()
+    for i in range(150):  # one file per batch: minutes of work
+        (share / f"d{i:03d}.md").write_text(f"# Doc {i}\n\n" + f"Topic {i}. " * 40)
+    log = stack.tmp / "worker.log"
+    proc = start([sys.executable, str(ROOT / "deployments" / "worker.py"), "--pool", POOL,
+                  "--grace", str(GRACE_S)], stack.worker_env, log)
+    try:
+        def worker_online() -> bool:
+            assert proc.poll() is None, f"worker.py exited:\n{tail(log)}"
+            workers = stack.post(f"/work_pools/{POOL}/workers/filter")
+            return any(w["status"] == "ONLINE" for w in workers)
+
+        wait_for(worker_online, 60, "worker.py to poll")
+        started = cli(stack, "deployment", "run", "ingest/backfill", "--param",
+                      f"roots={json.dumps([str(share)])}", "--param", "namespace=stop",
+                      "--job-variable", 'env={"KBSYNC_FILES_PER_BATCH": "1"}')
+        assert started.returncode == 0, started.stdout + started.stderr
+        run_id = re.search(r"UUID: ([0-9a-f-]{36})", started.stdout).group(1)
+
+        def writing() -> bool:
+            children = [c["id"] for c in stack.children(run_id)]
+            return bool(children) and bool(stack.post("/task_runs/filter", {"task_runs": {
+                "flow_run_id": {"any_": children}, "name": {"like_": "upsert"},
+                "state": {"type": {"any_": ["COMPLETED"]}}}}))
+
+        wait_for(writing, 120, "the backfill to write its first batch")
+        code, took = _stopped_within(proc, GRACE_S + STOP_BOUND_S)
+    finally:
+        stop(proc, signal.SIGKILL, timeout=5)
+    assert code == 0, tail(log)
+    print(f"worker.py stopped {took:.1f} s after one SIGTERM, with a run in flight")
+    assert stack.state(run_id) == "Cancelled"
+    assert [c["state_name"] for c in stack.children(run_id)] == ["Cancelled"]
+    assert "stopped" in tail(log, 5)
+
+
+def test_serve_stops_on_first_sigterm_within_seconds(stack):
+    log = stack.tmp / "serve.log"
+    env = {**stack.worker_env, "PREFECT_LOGGING_LEVEL": "DEBUG",
+           "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    proc = start([sys.executable, str(ROOT / "deployments" / "serve.py"), "--only", "backfill"],
+                 env, log)
+    try:
+        def polling() -> bool:
+            assert proc.poll() is None, f"serve.py exited:\n{tail(log)}"
+            return re.search(r"Discovered \d+ scheduled flow runs", log.read_text(errors="replace"))
+
+        wait_for(polling, 90, "serve.py's runner to poll")
+        code, took = _stopped_within(proc, STOP_BOUND_S)
+    finally:
+        stop(proc, signal.SIGKILL, timeout=5)
+    assert code == 0, tail(log)
+    print(f"serve.py stopped {took:.1f} s after one SIGTERM")
+    names = [a["name"] for a in stack.post("/automations/filter")]
+    assert names.count("kbsync: crash runs without heartbeats") == 1  # serve.py registered it
+    assert stack.deployments()["backfill"]["paused"]  # the runner's clean shutdown path
