@@ -184,11 +184,39 @@ def test_serve_refuses_unknown_names_and_conflicting_envs():
     all_specs = list(specs().values())
     with pytest.raises(ValueError, match="unknown deployment"):
         select(all_specs, ["nightly"])
-    assert shared_env(all_specs) == {"KBSYNC_LOCK_TIMEOUT_S": "1800"}
+    assert shared_env(all_specs) == {"KBSYNC_LOCK_TIMEOUT_S": "1800",
+                                     "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "60"}
     clash = [{"work_pool": {"job_variables": {"env": {"A": "1"}}}},
              {"work_pool": {"job_variables": {"env": {"A": "2"}}}}]
     with pytest.raises(ValueError, match="disagree on A"):
         shared_env(clash)
+
+
+def test_every_run_heartbeats_and_the_crash_automation_outlasts_missed_ones():
+    """The zombie-run detection (tests/ops/test_crash_detection.py runs it for real)."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.schemas.automations import Posture
+
+    from deployments.automations import load_automations
+
+    frequencies = {name: spec["work_pool"]["job_variables"]["env"].get(
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY") for name, spec in specs().items()}
+    assert set(frequencies.values()) == {"60"}, frequencies  # every deployment, one value
+    (crash,) = load_automations(PREFECT_FILE)
+    trigger = crash.trigger
+    assert trigger.posture == Posture.Proactive and trigger.threshold == 1
+    assert trigger.after == {"prefect.flow-run.heartbeat"}
+    assert trigger.expect == {"prefect.flow-run.*"}  # the next heartbeat or any state change
+    assert trigger.for_each == {"prefect.resource.id"}  # one window per flow run
+    # A busy run may miss heartbeats; five may go missing before it is called Crashed.
+    assert trigger.within.total_seconds() >= 5 * 60
+    # Only kbsync's flows (the per-root subflow too): other flows keep their own rules.
+    assert trigger.match_related.model_dump() == {
+        "prefect.resource.role": "flow",
+        "prefect.resource.name": ["ingest", "ingest-root", "evaluate"]}
+    (action,) = crash.actions
+    assert (action.type, action.state, action.force) == (
+        "change-flow-run-state", StateType.CRASHED, False)  # never overrides a final state
 
 
 def test_github_workflow_runs_ci_reindex_and_waits():
