@@ -4,7 +4,7 @@
     python deployments/serve.py --only nightly-sync --only ci-reindex
 
 The deployments are read from ``prefect.yaml``, so this route and the work-pool
-route (``prefect deploy --all`` + ``prefect worker start --pool kbsync``)
+route (``prefect deploy --all`` + ``python deployments/worker.py``)
 register the same names, parameters, schedules, concurrency limits and
 triggers; only the work pool and the pull step differ. It also registers
 prefect.yaml's top-level automations (the heartbeat crash detection), as
