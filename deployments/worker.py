@@ -16,7 +16,8 @@ a SIGINT that does not stop it, and the second into SIGKILL, which leaves its ru
    exits 0. A run still not final by then is ended with the worker and marked
    ``Crashed`` by prefect.yaml's heartbeat automation.
 
-A second signal while stopping exits at once (status 130).
+A second signal while stopping exits at once (status 130); runs still being
+cancelled are then left to the heartbeat automation.
 """
 
 from __future__ import annotations
