@@ -27,10 +27,12 @@ import asyncio
 import logging
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+import httpx
 from prefect.workers.process import ProcessWorker
 
 log = logging.getLogger("kbsync.worker")
@@ -38,19 +40,24 @@ log = logging.getLogger("kbsync.worker")
 POOL = "kbsync"  # prefect.yaml's work pool
 
 
-class StoppableProcessWorker(ProcessWorker):
-    """Prefect's process worker, remembering which flow runs it is executing."""
+# Same dispatch key ("process") as ProcessWorker, so Prefect's worker registry in this
+# process points at this class and warns that it replaces the original: expected here.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Type 'StoppableProcessWorker'")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.in_flight: set[UUID] = set()
+    class StoppableProcessWorker(ProcessWorker):
+        """Prefect's process worker, remembering which flow runs it is executing."""
 
-    async def run(self, flow_run, configuration, task_status=None):  # noqa: ANN001 - as base
-        self.in_flight.add(flow_run.id)
-        try:
-            return await super().run(flow_run, configuration, task_status)
-        finally:
-            self.in_flight.discard(flow_run.id)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.in_flight: set[UUID] = set()
+
+        async def run(self, flow_run, configuration, task_status=None):
+            self.in_flight.add(flow_run.id)
+            try:
+                return await super().run(flow_run, configuration, task_status)
+            finally:
+                self.in_flight.discard(flow_run.id)
 
 
 async def cancel_in_flight(worker: StoppableProcessWorker, grace_s: float) -> set[UUID]:
@@ -92,7 +99,11 @@ async def serve(pool: str, queues: list[str], limit: int | None, grace_s: float)
     log.info("stop requested: no new flow runs")
     for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal: leave now
         loop.add_signal_handler(sig, lambda: sys.exit(130))
-    left = await cancel_in_flight(worker, grace_s)
+    try:
+        left = await cancel_in_flight(worker, grace_s)
+    except httpx.HTTPError as exc:  # API gone: stop anyway, the crash detection takes over
+        log.warning("cannot cancel the runs in flight: %s: %s", type(exc).__name__, exc)
+        left = set(worker.in_flight)
     if left:
         log.warning("%d flow run(s) still running after %.0f s; ending them with the worker",
                     len(left), grace_s)
@@ -115,7 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    return asyncio.run(serve(args.pool, args.work_queue, args.limit, args.grace))
+    try:
+        return asyncio.run(serve(args.pool, args.work_queue, args.limit, args.grace))
+    except httpx.HTTPError as exc:  # server down or refusing at start: one line, exit 1
+        log.error("worker stopped: %s: %s", type(exc).__name__, exc)
+        return 1
 
 
 if __name__ == "__main__":
