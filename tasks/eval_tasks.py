@@ -35,13 +35,13 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(name="load-queries", tags=["kbsync", "eval"], **COMMON)
+@task(name="load-queries", **COMMON)
 def load_queries(queries_file: str) -> list[ev.EvalQuery]:
     """Parse the query file; every bad line is reported at once (QueryFileError)."""
     return ev.load_queries(queries_file)
 
 
-@task(name="check-labels", tags=["kbsync", "eval"], retries=2, retry_delay_seconds=2,
+@task(name="check-labels", retries=2, retry_delay_seconds=2,
       retry_condition_fn=_transient, **COMMON)
 def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: str) -> list[str]:
     """Warnings for labelled doc_ids the namespace lacks; fails when it holds nothing."""
@@ -49,7 +49,7 @@ def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: 
     return ev.check_labels(queries, set(runtime.states.load(namespace)), namespace)
 
 
-@task(name="search-mode", tags=["kbsync", "eval", "search"], retries=2, retry_delay_seconds=5,
+@task(name="search-mode", retries=2, retry_delay_seconds=5,
       retry_condition_fn=_transient, task_run_name="search-{spec.name}", **COMMON)
 def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settings, *,
                 namespace: str, k: int) -> list[ev.QueryOutcome]:
@@ -59,7 +59,7 @@ def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settin
                        llm=ev.llm_for(settings) if spec.needs_llm else None)
 
 
-@task(name="write-report", tags=["kbsync", "eval"], **COMMON)
+@task(name="write-report", **COMMON)
 def write_eval_report(result: ev.EvalResult, report_dir: str, *, margin: float,
                       accept: bool) -> ev.EvalResult:
     """Run the regression gate and write CSV, Markdown, chart, latest.json and history."""

@@ -33,6 +33,9 @@ def forward_core_logs() -> None:
                                                       "").split(",") if name.strip()]
     if CORE_LOGGER not in listed:
         os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = ",".join([*listed, CORE_LOGGER])
+    # A core record outside any run (the plain runner, `kbsync remove`) has no run to go to:
+    # the console shows it; the API handler's default is a UserWarning per record.
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     import prefect.logging.configuration  # noqa: F401 - configures logging on first import
 
     core = logging.getLogger(CORE_LOGGER)

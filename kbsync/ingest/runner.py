@@ -170,17 +170,13 @@ def run_batches(root: str, rp: RootPlan, request: IngestRequest, executor: Execu
         return
     progress = executor.progress(root, len(batches))
     pending: deque = deque()
-    for number, batch in enumerate(batches, 1):
-        label = f"{root} {number}/{len(batches)}"
-        converted = executor.submit(steps.convert, CONTEXT, batch, label=f"convert {label}",
-                                    after=after)
-        chunked = executor.submit(steps.chunk, executor.chunk_config, converted, label=f"chunk {label}")
-        embedded = executor.submit(steps.embed, CONTEXT, chunked, label=f"embed {label}")
-        written = executor.submit(steps.upsert, CONTEXT, embedded, request.namespace,
-                                  request.run_id, label=f"upsert {label}")
-        pending.append((converted, chunked, embedded, written))
+    for number, items in enumerate(batches, 1):
+        pending.append(executor.submit(
+            steps.batch, CONTEXT, executor.chunk_config, items, request.namespace,
+            request.run_id, label=f"batch {root} {number}/{len(batches)}", after=after))
         while pending and (len(pending) > config.batches_in_flight or number == len(batches)):
-            yield executor.gather(pending.popleft())
+            [results] = executor.gather([pending.popleft()])
+            yield results
             done = number - len(pending)
             progress(done)
             log.info("root %s: batch %d/%d done", root, done, len(batches))
@@ -208,10 +204,6 @@ def run_plain(
 
 
 def process_batch(items: Sequence, *, runtime, namespace: str, run_id: str) -> list[StageResult]:
-    """The stages of :data:`kbsync.ingest.steps.BATCH_STAGES` for one batch, in this
-    thread (``kbsync verify --repair`` rebuilds documents through it)."""
-    converted = steps.convert(runtime, items)
-    chunked = steps.chunk(runtime.chunk_config, converted)
-    embedded = steps.embed(runtime, chunked)
-    return [converted, chunked, embedded,
-            steps.upsert(runtime, embedded, namespace, run_id)]
+    """:func:`kbsync.ingest.steps.batch` in this thread (``kbsync verify --repair``
+    rebuilds documents through it)."""
+    return steps.batch(runtime, runtime.chunk_config, items, namespace, run_id)

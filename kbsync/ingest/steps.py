@@ -73,6 +73,21 @@ def upsert(ctx: IngestContext, embedded: StageResult, namespace: str, run_id: st
     return room.write_batch(embedded.work, ctx, namespace=namespace, run_id=run_id)
 
 
+def batch(ctx: IngestContext, chunk_config: ChunkConfig, items: Sequence[PlanItem],
+          namespace: str, run_id: str) -> list[StageResult]:
+    """One batch through :data:`BATCH_STAGES` (convert -> chunk -> embed -> upsert).
+
+    The unit an executor schedules: a Prefect task run per stage cost more than the
+    stage itself on small batches (four chained task runs per batch made the flow 2-3x
+    the plain loop; see the README's benchmarks), so the stages of a batch run in turn
+    in one step, and each stage's result (failures, counters) is kept.
+    """
+    converted = convert(ctx, items)
+    chunked = chunk(chunk_config, converted)
+    embedded = embed(ctx, chunked)
+    return [converted, chunked, embedded, upsert(ctx, embedded, namespace, run_id)]
+
+
 def heal(ctx: IngestContext, items: Sequence[PlanItem], namespace: str,
          run_id: str) -> StageResult:
     """Re-embed the zero-vector chunks of unchanged partial documents."""
@@ -88,5 +103,6 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> int:
 BATCH_STAGES = (convert, chunk, embed, upsert)
 """The stages every batch goes through, in order."""
 
-RETRIED = frozenset({embed, upsert, heal, finish_root, record_identity, check_collection})
+RETRIED = frozenset({batch, embed, upsert, heal, finish_root, record_identity,
+                     check_collection})
 """Steps a transient error (store unavailable, lock held, 5xx) may be retried for."""

@@ -1,15 +1,17 @@
-"""Ingest benchmark: the Prefect flow against a plain loop over the same core functions.
+"""Ingest benchmark: the Prefect flow against the plain runner over the same share.
 
-    python tests/bench/ingest_bench.py [--files 1000] [--keep DIR]
+    python tests/bench/ingest_bench.py [--files 1000[,10000]] [--keep DIR]
 
-Generates a share of ``--files`` mixed files (tests/bench/share_gen.py), then in
-one run, each in its own fresh process and KBSYNC_HOME, with the ``hash``
-provider:
-- ``plain``: kbsync.ingest.runner.run_plain (no Prefect at all);
-- ``flow``: the ``ingest`` flow under a local Prefect test server (server start-up
-  is excluded from the timing, as with a long-running server).
-Prints files/s, chunks/s, peak RSS and the flow/plain wall-time ratio.
-Not collected by pytest.
+For each size, generates a share of mixed files (tests/bench/share_gen.py), then
+in one run, each kind in its own fresh process and KBSYNC_HOME, with the
+``hash`` provider and every other default:
+- ``plain``: :func:`kbsync.ingest.runner.run_plain` (the runner in process, no Prefect);
+- ``flow``: the ``ingest`` flow (the same runner, Prefect executor) under a local
+  Prefect test server (server start-up and its first request excluded, as with a
+  long-running server).
+Both time the store's open and close.
+Each kind runs twice: the first ingest, then a no-op re-run. Prints wall times,
+files/s, peak RSS, and the flow/plain wall-time ratio. Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -33,26 +35,36 @@ def _child(kind: str, share: str) -> None:
     from kbsync.ingest.discover import parse_root
 
     if kind == "plain":
-        from kbsync.ingest.runner import run_plain
         from kbsync.app.runtime import Runtime
+        from kbsync.ingest.runner import run_plain
         from kbsync.settings import Settings
 
-        runtime = Runtime.open(Settings())
-        started = time.perf_counter()
-        summary = run_plain([parse_root(share)], runtime=runtime).to_dict()
-        wall = time.perf_counter() - started
-        runtime.close()
+        def plain() -> dict:  # the store is opened and closed inside the timing, as the flow's
+            runtime = Runtime.open(Settings())
+            try:
+                return run_plain([parse_root(share)], runtime=runtime).to_dict()
+            finally:
+                runtime.close()
+
+        runs = [_timed(plain) for _ in range(2)]
     else:
+        from prefect.client.orchestration import get_client
         from prefect.testing.utilities import prefect_test_harness
 
         with prefect_test_harness(server_startup_timeout=300):
             from flows.ingest import ingest
 
-            started = time.perf_counter()
-            summary = ingest(roots=[share])
-            wall = time.perf_counter() - started
+            with get_client(sync_client=True) as client:  # a long-running server is warm
+                client.hello()
+            runs = [_timed(lambda: ingest(roots=[share])) for _ in range(2)]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"wall": wall, "rss_mb": rss, "summary": summary}))
+    print(json.dumps({"first": runs[0], "noop": runs[1], "rss_mb": rss}))
+
+
+def _timed(run) -> dict:
+    started = time.perf_counter()
+    summary = run()
+    return {"wall": time.perf_counter() - started, "summary": summary}
 
 
 def _run(kind: str, share: Path, home: Path) -> dict:
@@ -66,8 +78,8 @@ def _run(kind: str, share: Path, home: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=1000)
-    parser.add_argument("--keep", type=Path, default=None, help="generate the share here")
+    parser.add_argument("--files", default="1000", help="share sizes, comma-separated")
+    parser.add_argument("--keep", type=Path, default=None, help="generate the shares under here")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -76,21 +88,22 @@ def main() -> None:
     from share_gen import generate
 
     work = Path(tempfile.mkdtemp(prefix="kbsync-bench-"))
-    share = args.keep or work / "share"
-    started = time.perf_counter()
-    if not share.exists():
-        generate(share, args.files)
-    print(f"generated {args.files} files in {time.perf_counter() - started:.1f} s under {share}")
-    rows = {kind: _run(kind, share, work / kind) for kind in ("plain", "flow")}
-    print(f"\n{'run':<6} {'wall s':>8} {'files/s':>8} {'chunks/s':>9} {'peak RSS MB':>12} "
-          f"{'files':>6} {'chunks':>7} {'failed':>6}")
-    for kind, row in rows.items():
-        s = row["summary"]
-        print(f"{kind:<6} {row['wall']:>8.1f} {s['files_seen'] / row['wall']:>8.1f} "
-              f"{s['chunks_kept'] / row['wall']:>9.1f} {row['rss_mb']:>12.0f} "
-              f"{s['files_seen']:>6} {s['chunks_kept']:>7} {s['failed']:>6}")
-    ratio = rows["flow"]["wall"] / rows["plain"]["wall"]
-    print(f"\nflow / plain wall-time ratio: {ratio:.2f}")
+    print(f"{'files':>6} {'run':<6} {'first s':>8} {'files/s':>8} {'no-op s':>8} {'no-op %':>8} "
+          f"{'peak RSS MB':>12} {'chunks':>7} {'failed':>6}")
+    for size in (int(s) for s in args.files.split(",")):
+        share = (args.keep or work) / f"share-{size}"
+        if not share.exists():
+            generate(share, size)
+        rows = {kind: _run(kind, share, work / f"{kind}-{size}") for kind in ("plain", "flow")}
+        for kind, row in rows.items():
+            first, noop = row["first"], row["noop"]
+            s = first["summary"]
+            assert noop["summary"]["unchanged"] == s["files_seen"], noop["summary"]
+            print(f"{size:>6} {kind:<6} {first['wall']:>8.1f} {s['files_seen'] / first['wall']:>8.1f} "
+                  f"{noop['wall']:>8.2f} {100 * noop['wall'] / first['wall']:>7.1f}% "
+                  f"{row['rss_mb']:>12.0f} {s['chunks_kept']:>7} {s['failed']:>6}")
+        ratio = rows["flow"]["first"]["wall"] / rows["plain"]["first"]["wall"]
+        print(f"{size:>6} flow / plain wall-time ratio (first ingest): {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -45,8 +45,7 @@ def test_ingest_sample_then_rerun_is_unchanged(prefect_api, settings, tmp_path, 
     assert first["embeddings_computed"] == first["chunks_kept"]
     names = _task_names(state.state_details.flow_run_id)
     # Task runs are named after their root and batch, so a graph of many batches reads.
-    assert {"plan sample", "convert sample 1/1", "chunk sample 1/1", "embed sample 1/1",
-            "upsert sample 1/1", "finish-root sample", "check-identity"} <= names
+    assert {"plan sample", "batch sample 1/1", "finish-root sample", "check-identity"} <= names
     summary_artifacts = _artifacts(artifact_key("kbsync-ingest", "flow-test"))
     assert summary_artifacts and "files_seen" in summary_artifacts[0].data
 

@@ -67,7 +67,7 @@ def test_steps_run_in_the_order_that_keeps_refusals_write_free(runtime, tmp_path
     summary = run_ingest(request, executor)
     assert summary.added == 2 and executor.locked == ["default"]
     assert executor.ran == ["check_identity", "preflight", "record_identity", "check_collection",
-                            "plan", "convert", "chunk", "embed", "upsert", "finish_root"]
+                            "plan", "batch", "finish_root"]
 
 
 def test_a_dry_run_writes_nothing_not_even_the_collection(runtime, tmp_path):

@@ -11,7 +11,6 @@ from kbsync.ingest import steps
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.plan import DeleteGuard
 from kbsync.ingest.stages import StageResult
-from kbsync.ingest.texts import plan_text, recorded_state
 from kbsync.models import SyncMode
 from tasks import ingest_tasks as t
 from tasks.resources import release, runtime_for
@@ -27,11 +26,11 @@ def share_settings(settings, tmp_path):
 
 def test_every_step_has_its_task_and_retries_only_idempotent_ones() -> None:
     wrapped = {steps.check_identity, steps.preflight, steps.record_identity,
-               steps.check_collection, steps.plan, *steps.BATCH_STAGES, steps.heal,
-               steps.finish_root, plan_text, recorded_state}
+               steps.check_collection, steps.plan, steps.batch, steps.heal, steps.finish_root}
     assert set(t.TASK_OF) == wrapped
     for step, task in t.TASK_OF.items():
         assert (task.retries > 0) == (step in steps.RETRIED), task.name
+        assert not task.tags, "a tagged task run costs a concurrency-slot call per run"
 
 
 def test_the_tasks_fns_run_a_root_end_to_end(share_settings) -> None:
@@ -42,23 +41,24 @@ def test_the_tasks_fns_run_a_root_end_to_end(share_settings) -> None:
     assert t.check_collection.fn(settings, "default", True) is None
     rp = t.plan.fn(settings, root, "default", SyncMode.FULL, False, [], [], DeleteGuard())
     items = rp.to_process()
-    converted = t.convert.fn(settings, items)
-    chunked = t.chunk.fn(runtime_for(settings).chunk_config, converted)
-    embedded = t.embed.fn(settings, chunked)
-    written = t.upsert.fn(settings, embedded, "default", "run-1")
-    assert isinstance(written, StageResult) and written.counters["added"] == 2
+    results = t.batch.fn(settings, runtime_for(settings).chunk_config, items, "default", "run-1")
+    assert [type(r) for r in results] == [StageResult] * 4
+    assert results[-1].counters["added"] == 2
     assert t.heal.fn(settings, [], "default", "run-1").counters == {}
     assert t.finish_root.fn(settings, rp, "default") == 0
-    assert t.state.fn(settings, "default", items[0].doc_id).chunk_count >= 1
+    assert runtime_for(settings).states.get("default", items[0].doc_id).chunk_count >= 1
 
 
 def test_a_stage_with_failed_files_ends_in_a_named_state(share_settings) -> None:
     root, settings = share_settings
     (root.path / "bad.pdf").write_bytes(b"%PDF-1.4 not really")
+    t.check_collection.fn(settings, "default", True)
     rp = t.plan.fn(settings, root, "default", SyncMode.INCREMENTAL, False, [], [], DeleteGuard())
-    state = t.convert.fn(settings, rp.to_process())
+    state = t.batch.fn(settings, runtime_for(settings).chunk_config, rp.to_process(), "default",
+                       "run-1")
     assert state.name == "Completed with failures" and "1 files failed" in state.message
-    assert len(state.data.failures) == 1 and len(state.data.work) == 2
+    converted = state.data[0]
+    assert len(converted.failures) == 1 and len(converted.work) == 2
 
 
 def test_settings_that_differ_only_in_a_secret_get_their_own_runtime(settings) -> None:
