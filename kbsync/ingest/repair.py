@@ -36,6 +36,7 @@ from kbsync.ingest.discover import discover, iter_batches
 from kbsync.errors import StoreDrift
 from kbsync.ingest.summary import new_run_id
 from kbsync.ingest.runner import process_batch
+from kbsync.ingest.counters import Count
 from kbsync.ingest.lock import ingest_lock
 from kbsync.models import DocState, RootSpec
 from kbsync.ingest.state import REPAIR_FINGERPRINT, plan_files
@@ -174,7 +175,7 @@ def _reprocess(runtime, namespace: str, todo: Mapping[str, DocState], run_id: st
             for stage in process_batch(batch, runtime=runtime, namespace=namespace,
                                        run_id=run_id):
                 result.failures.extend(f.to_dict() for f in stage.failures)
-                result.reprocessed += stage.counters["added"] + stage.counters["updated"]
+                result.reprocessed += stage.counters[Count.ADDED] + stage.counters[Count.UPDATED]
     return found
 
 

@@ -24,6 +24,7 @@ from kbsync.convert import convert
 from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalError, KbsyncError,
                            LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
+from kbsync.ingest.counters import Count
 from kbsync.ingest.state import PlanItem
 from kbsync.ingest.write import PreparedDoc, heal_document, write_document
 
@@ -66,11 +67,11 @@ class StageResult:
                  failures: list[Failure] | None = None, counters: Counter | None = None) -> None:
         self.work: list[DocWork] = work if work is not None else []
         self.failures: list[Failure] = failures if failures is not None else []
-        self.counters: Counter = counters if counters is not None else Counter()
+        self.counters: Counter[Count] = counters if counters is not None else Counter()
 
     def __repr__(self) -> str:
         return (f"StageResult({len(self.work)} documents, {len(self.failures)} failures, "
-                f"{dict(self.counters)})")
+                f"{ {str(k): v for k, v in self.counters.items()} })")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -127,7 +128,7 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
             contain(result, work.source, exc, "converting")
             continue
         work.title, work.source_type = work.document.title, work.document.source_type
-        result.counters["converter_warnings"] += len(work.document.warnings)
+        result.counters[Count.CONVERTER_WARNINGS] += len(work.document.warnings)
         result.work.append(work)
     return result
 
@@ -145,8 +146,8 @@ def chunk_stage(works: Sequence[DocWork], *, config: ChunkConfig) -> StageResult
             work.document = None
             contain(result, work.source, exc, "chunking")
             continue
-        result.counters["chunks_raw"] += chunked.raw
-        result.counters["chunks_kept"] += chunked.kept
+        result.counters[Count.CHUNKS_RAW] += chunked.raw
+        result.counters[Count.CHUNKS_KEPT] += chunked.kept
         work.document = None
         if not chunked.chunks:
             result.failures.append(failure_of(work.source, EmptyDocument(
@@ -203,23 +204,23 @@ def _embed_each(works: Sequence[DocWork], *, service) -> StageResult:
 
 def _assign(result: StageResult, works: Sequence[DocWork], outcome) -> None:
     """Hand each document its slice of ``outcome``, in order; count and fail as documented."""
-    result.counters["embeddings_computed"] += outcome.computed
-    result.counters["embeddings_cached"] += outcome.cached
-    result.counters["embeddings_truncated"] += outcome.truncated
-    result.counters["embedding_bisect_requests"] += outcome.bisect_requests
+    result.counters[Count.EMBEDDINGS_COMPUTED] += outcome.computed
+    result.counters[Count.EMBEDDINGS_CACHED] += outcome.cached
+    result.counters[Count.EMBEDDINGS_TRUNCATED] += outcome.truncated
+    result.counters[Count.EMBEDDING_BISECT_REQUESTS] += outcome.bisect_requests
     start = 0
     for work in works:
         end = start + len(work.chunks)
         vectors, failed = outcome.vectors[start:end], outcome.failed[start:end]
         start = end
         if all(failed):
-            result.counters["embeddings_failed"] += len(failed)
+            result.counters[Count.EMBEDDINGS_FAILED] += len(failed)
             result.failures.append(Failure(
                 work.source.doc_id, work.source.display, "EmbeddingFailed",
                 f"{work.source.doc_id}: embedding failed for all {len(failed)} chunks after "
                 "retries; previous version kept"))
             continue
-        result.counters["embeddings_failed"] += sum(failed)
+        result.counters[Count.EMBEDDINGS_FAILED] += sum(failed)
         work.prepared = PreparedDoc(source=work.source, chunks=work.chunks, vectors=vectors,
                                     failed=failed, title=work.title,
                                     source_type=work.source_type)
@@ -253,8 +254,8 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
         except Exception as exc:  # noqa: BLE001 - contained to this document
             contain(result, work.source, exc, "writing")
             continue
-        result.counters["added" if work.item.action is PlanAction.NEW else "updated"] += 1
-        result.counters["partial"] += state.status is DocStatus.PARTIAL
+        result.counters[Count.ADDED if work.item.action is PlanAction.NEW else Count.UPDATED] += 1
+        result.counters[Count.PARTIAL] += state.status is DocStatus.PARTIAL
         work.prepared = None
         work.chunks = []
     return result
@@ -280,10 +281,10 @@ def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
         except Exception as exc:  # noqa: BLE001 - contained to this document
             contain(result, source, exc, "healing")
             continue
-        result.counters["updated"] += 1
-        result.counters["embeddings_computed"] += outcome.computed
-        result.counters["embeddings_cached"] += outcome.cached
-        result.counters["embeddings_failed"] += outcome.failed_count
-        result.counters["embedding_bisect_requests"] += outcome.bisect_requests
-        result.counters["partial"] += state.status is DocStatus.PARTIAL
+        result.counters[Count.UPDATED] += 1
+        result.counters[Count.EMBEDDINGS_COMPUTED] += outcome.computed
+        result.counters[Count.EMBEDDINGS_CACHED] += outcome.cached
+        result.counters[Count.EMBEDDINGS_FAILED] += outcome.failed_count
+        result.counters[Count.EMBEDDING_BISECT_REQUESTS] += outcome.bisect_requests
+        result.counters[Count.PARTIAL] += state.status is DocStatus.PARTIAL
     return result

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from kbsync.ingest.counters import Count
 from kbsync.ingest.plan import RootPlan
 from kbsync.ingest.stages import StageResult
 from kbsync.models import Failure
@@ -45,6 +46,7 @@ class IngestSummary:
     warnings: list[str] = field(default_factory=list)
     repaired: int = 0  # reprocessed because their points no longer matched the state
     embedding_bisect_requests: int = 0  # requests spent isolating inputs an endpoint refused
+    converter_warnings: int = 0  # notes of converters (a table flattened, a page skipped)
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -92,10 +94,14 @@ def account_dry_run(summary: IngestSummary, rp: RootPlan) -> None:
 
 
 def account_stage(summary: IngestSummary, result: StageResult) -> None:
-    """Add a stage's counters and failures to the summary."""
+    """Add a stage's counters and failures to the summary.
+
+    Raises:
+        ValueError: a counter that is not a :class:`Count` (a bug: it would be lost).
+    """
     for key, value in result.counters.items():
-        if hasattr(summary, key) and key not in ("failures",):
-            setattr(summary, key, getattr(summary, key) + value)
+        field_name = Count(key).value
+        setattr(summary, field_name, getattr(summary, field_name) + value)
     _add_failures(summary, result.failures)
 
 
