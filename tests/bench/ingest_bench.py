@@ -1,6 +1,7 @@
 """Ingest benchmark: the Prefect flow against the plain runner over the same share.
 
     python tests/bench/ingest_bench.py [--files 1000[,10000]] [--keep DIR]
+    python tests/bench/ingest_bench.py --real octave-html:320 [--provider default]
 
 For each size, generates a share of mixed files (tests/bench/share_gen.py), then
 in one run, each kind in its own fresh process and KBSYNC_HOME, with the
@@ -12,6 +13,10 @@ in one run, each kind in its own fresh process and KBSYNC_HOME, with the
 Both time the store's open and close.
 Each kind runs twice: the first ingest, then a no-op re-run. Prints wall times,
 files/s, peak RSS, and the flow/plain wall-time ratio. Not collected by pytest.
+
+``--real NAME:N`` runs the same comparison on N files of a real share of
+tests/realshares.py (Debian documentation, fetched once); ``--provider default``
+leaves the embedding provider at its default (the bundled local model).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parents[1])]
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 
 
 def _child(kind: str, share: str) -> None:
@@ -67,9 +72,11 @@ def _timed(run) -> dict:
     return {"wall": time.perf_counter() - started, "summary": summary}
 
 
-def _run(kind: str, share: Path, home: Path) -> dict:
-    env = {**os.environ, "KBSYNC_HOME": str(home), "KBSYNC_EMBED_PROVIDER": "hash",
-           "PREFECT_HOME": str(home / "prefect")}
+def _run(kind: str, share: Path, home: Path, provider: str = "hash") -> dict:
+    env = {**os.environ, "KBSYNC_HOME": str(home), "PREFECT_HOME": str(home / "prefect")}
+    env.pop("KBSYNC_EMBED_PROVIDER", None)
+    if provider != "default":
+        env["KBSYNC_EMBED_PROVIDER"] = provider
     (home / "prefect").mkdir(parents=True, exist_ok=True)
     out = subprocess.run([sys.executable, __file__, "--child", kind, str(share)], env=env,
                          capture_output=True, text=True, check=True)
@@ -80,6 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", default="1000", help="share sizes, comma-separated")
     parser.add_argument("--keep", type=Path, default=None, help="generate the shares under here")
+    parser.add_argument("--real", default=None, help="NAME:N, a real share instead")
+    parser.add_argument("--provider", default="hash", help="hash (default here) or default")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -90,11 +99,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kbsync-bench-"))
     print(f"{'files':>6} {'run':<6} {'first s':>8} {'files/s':>8} {'no-op s':>8} {'no-op %':>8} "
           f"{'peak RSS MB':>12} {'chunks':>7} {'failed':>6}")
-    for size in (int(s) for s in args.files.split(",")):
-        share = (args.keep or work) / f"share-{size}"
-        if not share.exists():
-            generate(share, size)
-        rows = {kind: _run(kind, share, work / f"{kind}-{size}") for kind in ("plain", "flow")}
+    for size, share in _shares(args, work, generate):
+        rows = {kind: _run(kind, share, work / f"{kind}-{size}", args.provider)
+                for kind in ("plain", "flow")}
         for kind, row in rows.items():
             first, noop = row["first"], row["noop"]
             s = first["summary"]
@@ -104,6 +111,24 @@ def main() -> None:
                   f"{row['rss_mb']:>12.0f} {s['chunks_kept']:>7} {s['failed']:>6}")
         ratio = rows["flow"]["first"]["wall"] / rows["plain"]["first"]["wall"]
         print(f"{size:>6} flow / plain wall-time ratio (first ingest): {ratio:.2f}")
+
+
+def _shares(args, work: Path, generate):
+    """(label, folder) of each share to run: generated sizes, or one real share."""
+    if args.real:
+        from realshares import SPECS, build_share
+
+        name, _, count = args.real.partition(":")
+        share = (args.keep or work) / f"real-{name}-{count}"
+        if not share.exists():
+            build_share(SPECS[name], share, int(count) if count else None)
+        yield sum(1 for p in share.rglob("*") if p.is_file()), share
+        return
+    for size in (int(s) for s in args.files.split(",")):
+        share = (args.keep or work) / f"share-{size}"
+        if not share.exists():
+            generate(share, size)
+        yield size, share
 
 
 if __name__ == "__main__":
