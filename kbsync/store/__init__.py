@@ -21,6 +21,7 @@ from kbsync.store.base import (
     Filter,
     Match,
     Point,
+    Range,
     ScoredPoint,
     SparseVec,
     VectorStore,
@@ -29,8 +30,8 @@ from kbsync.store.base import (
 if TYPE_CHECKING:
     from kbsync.settings import Settings
 
-__all__ = ["DENSE", "SPARSE", "Filter", "Match", "Point", "ScoredPoint", "SparseVec", "VectorStore",
-           "open_store"]
+__all__ = ["DENSE", "SPARSE", "Filter", "Match", "Point", "Range", "ScoredPoint", "SparseVec",
+           "VectorStore", "open_store"]
 
 
 def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorStore:

@@ -45,11 +45,32 @@ class Match:
 
 
 @dataclass(frozen=True)
-class Filter:
-    """All of ``must`` and none of ``must_not``; empty means everything."""
+class Range:
+    """``key`` is a number within ``[gte, lte]`` (either bound may be open: ``None``).
 
-    must: tuple[Match, ...] = ()
-    must_not: tuple[Match, ...] = ()
+    A point whose ``key`` is missing, or not a number, never matches. On an
+    array value, one element inside the range is enough (Qdrant's rule).
+    """
+
+    key: str
+    gte: float | None = None
+    lte: float | None = None
+
+
+Condition = Match | Range
+"""One condition of a :class:`Filter`."""
+
+
+@dataclass(frozen=True)
+class Filter:
+    """All of ``must`` and none of ``must_not``; empty means everything.
+
+    A :class:`Match` on an array payload value matches when one element does
+    (so ``Match("folders", any_of=("docs",))`` finds ``folders: ["docs", "docs/api"]``).
+    """
+
+    must: tuple[Condition, ...] = ()
+    must_not: tuple[Condition, ...] = ()
 
     @classmethod
     def where(cls, **equals: Scalar) -> "Filter":
@@ -59,6 +80,10 @@ class Filter:
     def and_not(self, key: str, value: Scalar) -> "Filter":
         """This filter plus ``key != value``."""
         return Filter(self.must, self.must_not + (Match(key, value),))
+
+    def and_also(self, *conditions: Condition) -> "Filter":
+        """This filter plus every one of ``conditions``."""
+        return Filter(self.must + tuple(conditions), self.must_not)
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,7 @@ class VectorStore(Protocol):
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
         sparse: bool = False, bool_indexes: Sequence[str] = (),
+        integer_indexes: Sequence[str] = (),
     ) -> None:
         """Create the collection if missing, else check its dimension.
 
@@ -111,7 +137,9 @@ class VectorStore(Protocol):
         Missing payload indexes are created: ``keyword_indexes`` (tenant
         indexes for ``namespace``) and ``bool_indexes`` (a filter on an
         unindexed field reads every candidate's payload: ~8 ms per search at
-        1k points per namespace in the edge engine, ~1 ms with the index).
+        1k points per namespace in the edge engine, ~1 ms with the index), and
+        ``integer_indexes`` (integer indexes with range support, for
+        :class:`Range` conditions).
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.

@@ -169,11 +169,12 @@ class EdgeStore:
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
         sparse: bool = False, bool_indexes: Sequence[str] = (),
+        integer_indexes: Sequence[str] = (),
     ) -> None:
         """Create the collection if missing, else check its dimension; add missing indexes.
 
         Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes;
-        ``bool_indexes`` get bool indexes. ``sparse=True`` creates (or adds to an
+        ``bool_indexes`` get bool indexes, ``integer_indexes`` range indexes. ``sparse=True`` creates (or adds to an
         existing shard) the IDF sparse vector.
 
         Raises:
@@ -209,7 +210,8 @@ class EdgeStore:
                                 "before now have no BM25 vector until re-ingested", name)
         with handle.lock, _errors("create index", name):
             existing = set(handle.shard.info().payload_schema)
-            for operation in eq.index_operations(existing, keyword_indexes, bool_indexes):
+            for operation in eq.index_operations(existing, keyword_indexes, bool_indexes,
+                                                  integer_indexes):
                 handle.shard.update(operation)
 
     def collection_dimension(self, name: str) -> int | None:

@@ -29,7 +29,8 @@ import qdrant_edge as qe
 
 from kbsync.errors import DimensionMismatch, DiskFull, KbsyncError, StoreError, StoreUnavailable
 from kbsync.store import validate as cv
-from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Match, Scalar, ScoredPoint, SparseVec
+from kbsync.store.base import (DENSE, RRF_K, SPARSE, Condition, Filter, Range, Scalar,
+                               ScoredPoint, SparseVec)
 
 CONFIG_FILE = "edge_config.json"
 
@@ -60,8 +61,12 @@ def _match_value(value: Scalar) -> Any:
     return qe.MatchValue(value)
 
 
-def _condition(match: Match) -> Any:
-    """One kbsync Match as an edge condition."""
+def _condition(match: Condition) -> Any:
+    """One kbsync condition as an edge condition."""
+    if isinstance(match, Range):
+        bounds = qe.RangeFloat(gte=None if match.gte is None else float(match.gte),
+                               lte=None if match.lte is None else float(match.lte))
+        return qe.FieldCondition(key=match.key, range=bounds)
     if match.any_of is None:
         assert match.value is not None  # check_match: exactly one of value and any_of is set
         return qe.FieldCondition(key=match.key, match=_match_value(match.value))
@@ -120,8 +125,9 @@ def collection_config(dimension: int, *, sparse: bool) -> Any:
 
 
 def index_operations(existing: set[str], keyword_indexes: Sequence[str],
-                     bool_indexes: Sequence[str]) -> list[Any]:
-    """Updates creating the payload indexes not in ``existing`` (``namespace``: tenant)."""
+                     bool_indexes: Sequence[str], integer_indexes: Sequence[str] = ()) -> list[Any]:
+    """Updates creating the payload indexes not in ``existing`` (``namespace``: tenant;
+    integer indexes serve range conditions only: no value lookup)."""
     operations = []
     for key in keyword_indexes:
         if key not in existing:
@@ -130,6 +136,10 @@ def index_operations(existing: set[str], keyword_indexes: Sequence[str],
     for key in bool_indexes:
         if key not in existing:
             operations.append(qe.UpdateOperation.create_field_index(key, qe.BoolIndexParams()))
+    for key in integer_indexes:
+        if key not in existing:
+            params = qe.IntegerIndexParams(lookup=False, range=True)
+            operations.append(qe.UpdateOperation.create_field_index(key, params))
     return operations
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
-from kbsync.store.base import Filter, Match, Point, ScoredPoint, SparseVec
+from kbsync.store.base import Condition, Filter, Match, Point, Range, ScoredPoint, SparseVec
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,9 @@ def encode_filter(flt: Filter | None) -> dict | None:
             "must_not": [_encode_match(m) for m in flt.must_not]}
 
 
-def _encode_match(match: Match) -> list:
+def _encode_match(match: Condition) -> list | dict:
+    if isinstance(match, Range):  # a dict, so a Match's three-item list stays as it was
+        return {"range": [match.key, match.gte, match.lte]}
     return [match.key, match.value, None if match.any_of is None else list(match.any_of)]
 
 
@@ -163,7 +165,10 @@ def decode_filter(data: Any) -> Filter | None:
                   must_not=tuple(_decode_match(m) for m in data["must_not"]))
 
 
-def _decode_match(data: Any) -> Match:
+def _decode_match(data: Any) -> Condition:
+    if isinstance(data, dict):
+        key, gte, lte = data["range"]
+        return Range(key, gte, lte)
     key, value, any_of = data
     return Match(key, value, None if any_of is None else tuple(any_of))
 

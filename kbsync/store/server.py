@@ -117,12 +117,14 @@ class ServerStore:
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
         sparse: bool = False, bool_indexes: Sequence[str] = (),
+        integer_indexes: Sequence[str] = (),
     ) -> None:
         """Create the collection if missing, else check its dimension; create keyword indexes.
 
         ``namespace`` (``TENANT_KEYS``) gets a tenant keyword index. Index
         creation is idempotent on the server and skipped in local mode.
-        ``bool_indexes`` get bool indexes. ``sparse=True`` creates (or adds) the
+        ``bool_indexes`` get bool indexes, ``integer_indexes`` range-only integer
+        indexes. ``sparse=True`` creates (or adds) the
         IDF sparse vector ``SPARSE``.
 
         Raises:
@@ -169,6 +171,11 @@ class ServerStore:
         for key in bool_indexes:
             self._call("create index", name, self._client.create_payload_index, name, key,
                        field_schema=models.PayloadSchemaType.BOOL, wait=True)
+        for key in integer_indexes:
+            schema_int = models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER,
+                                                   lookup=False, range=True)
+            self._call("create index", name, self._client.create_payload_index, name, key,
+                       field_schema=schema_int, wait=True)
 
     def collection_dimension(self, name: str) -> int | None:
         """The dense dimension of ``name``, or ``None`` when it does not exist."""

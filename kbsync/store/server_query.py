@@ -19,7 +19,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
 from kbsync.store import validate as cv
-from kbsync.store.base import DENSE, SPARSE, Filter, Match, ScoredPoint
+from kbsync.store.base import DENSE, SPARSE, Condition, Filter, Range, ScoredPoint
 
 
 def is_missing_collection(exc: Exception) -> bool:
@@ -64,8 +64,11 @@ errors = cv.error_context(translate)
 """``with errors(action, name):`` translates what the qdrant-client raises."""
 
 
-def condition(match: Match) -> Any:
-    """One kbsync Match as a qdrant-client condition."""
+def condition(match: Condition) -> Any:
+    """One kbsync condition as a qdrant-client condition."""
+    if isinstance(match, Range):
+        return models.FieldCondition(key=match.key, range=models.Range(gte=match.gte,
+                                                                       lte=match.lte))
     if match.any_of is None:
         return models.FieldCondition(key=match.key, match=models.MatchValue(value=match.value))
     values = list(match.any_of)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from kbsync.errors import DimensionMismatch, InvalidVector, KbsyncError, UsageError
-from kbsync.store.base import Filter, Match, Point, Scalar, SparseVec
+from kbsync.store.base import Condition, Filter, Match, Point, Range, Scalar, SparseVec
 
 # Collection names become folder names in the edge adapter: keep them to a
 # portable, traversal-free alphabet that a Qdrant server accepts as well.
@@ -246,10 +246,34 @@ def _check_scalar(value: Any, key: str) -> Scalar:
     return value
 
 
-def check_match(match: Match) -> Match:
-    """Return ``match`` if exactly one of ``value``/``any_of`` is set with scalar values."""
+def check_range(cond: Range) -> Range:
+    """Return ``cond`` if its key is a non-empty string and its bounds finite numbers.
+
+    Raises:
+        UsageError: a bad key, no bound at all, a bound that is not a finite
+            number (bool included), or ``gte > lte``.
+    """
+    if not isinstance(cond.key, str) or not cond.key:
+        raise UsageError(f"filter key must be a non-empty string, got {cond.key!r}")
+    if cond.gte is None and cond.lte is None:
+        raise UsageError(f"range filter on {cond.key!r}: set gte, lte or both")
+    for bound in (cond.gte, cond.lte):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))
+                                  or not math.isfinite(bound)):
+            raise UsageError(f"range filter on {cond.key!r}: bounds must be finite numbers, "
+                             f"got {bound!r}")
+    if cond.gte is not None and cond.lte is not None and cond.gte > cond.lte:
+        raise UsageError(f"range filter on {cond.key!r}: gte {cond.gte} is above lte {cond.lte}")
+    return cond
+
+
+def check_match(match: Condition) -> Condition:
+    """Return ``match`` if exactly one of ``value``/``any_of`` is set with scalar values
+    (a :class:`Range`: see :func:`check_range`)."""
+    if isinstance(match, Range):
+        return check_range(match)
     if not isinstance(match, Match):
-        raise UsageError(f"filter conditions must be Match, got {type(match).__name__}")
+        raise UsageError(f"filter conditions must be Match or Range, got {type(match).__name__}")
     if not isinstance(match.key, str) or not match.key:
         raise UsageError(f"filter key must be a non-empty string, got {match.key!r}")
     if (match.value is None) == (match.any_of is None):

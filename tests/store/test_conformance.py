@@ -28,7 +28,7 @@ from kbsync.errors import (
     UsageError,
 )
 from kbsync.settings import Settings
-from kbsync.store import Filter, Match, Point, VectorStore, open_store
+from kbsync.store import Filter, Match, Point, Range, VectorStore, open_store
 from kbsync.store.edge import EdgeStore
 from kbsync.store.server import ServerStore
 
@@ -242,6 +242,66 @@ def test_must_not_and_any_of(store, coll) -> None:
     assert store.count(coll, Filter(must_not=(Match("n", any_of=()),))) == 12
     flt = Filter(must=(Match("namespace", "ns-0"),), must_not=(Match("flag", True),))
     assert ids_of(store, coll, flt) == {pid(3), pid(9)}
+
+
+# --- query-time filter conditions (kbsync/query/filters.py builds them) ---------------
+FOLDERS = {0: [], 1: ["docs"], 2: ["docs", "docs/api"], 3: ["docs", "docs/api"],
+           4: ["guide"], 5: ["guide", "guide/docs"]}
+
+
+@pytest.fixture
+def filtered(store, backend) -> str:
+    """A collection with the chunk collection's filter indexes and points 0..5."""
+    name = backend.name("flt")
+    store.ensure_collection(name, dimension=DIM, keyword_indexes=INDEXES + ("folders", "kind"),
+                            integer_indexes=("modified",))
+    store.upsert(name, [chunk(n, folders=FOLDERS[n], modified=1_700_000_000 + 1000 * n,
+                              kind="pdf" if n % 2 else "html") for n in FOLDERS])
+    store.upsert(name, [chunk(9)])  # an older point: no folders, no modified
+    store.ensure_collection(name, dimension=DIM, keyword_indexes=INDEXES + ("folders", "kind"),
+                            integer_indexes=("modified",))  # idempotent
+    return name
+
+
+def test_any_of_matches_one_element_of_an_array(store, filtered) -> None:
+    def folder(value: str) -> Filter:
+        return Filter(must=(Match("folders", any_of=(value,)),))
+
+    assert ids_of(store, filtered, folder("docs")) == {pid(1), pid(2), pid(3)}
+    assert ids_of(store, filtered, folder("docs/api")) == {pid(2), pid(3)}
+    assert ids_of(store, filtered, folder("guide/docs")) == {pid(5)}
+    assert ids_of(store, filtered, folder("doc")) == set()  # exact keywords, no prefix match
+    assert ids_of(store, filtered, Filter(must=(Match("folders", "guide"),))) == {pid(4), pid(5)}
+    two = Filter(must=(Match("folders", any_of=("docs/api", "guide")),))
+    assert ids_of(store, filtered, two) == {pid(2), pid(3), pid(4), pid(5)}
+
+
+def test_range_on_integers(store, filtered) -> None:
+    since = Filter(must=(Range("modified", gte=1_700_003_000),))
+    assert ids_of(store, filtered, since) == {pid(3), pid(4), pid(5)}  # point 9 has none
+    assert store.count(filtered, Filter(must=(Range("modified", lte=1_700_001_000),))) == 2
+    between = Range("modified", gte=1_700_001_000.5, lte=1_700_004_000)
+    assert ids_of(store, filtered, Filter(must=(between,))) == {pid(2), pid(3), pid(4)}
+    # must_not of a range keeps the points without the field (here: the older point 9).
+    assert ids_of(store, filtered, Filter(must_not=(Range("modified", gte=0),))) == {pid(9)}
+
+
+def test_filters_combine_in_search(store, filtered) -> None:
+    flt = (Filter.where(namespace="ns-a", kind="pdf")
+           .and_also(Match("folders", any_of=("docs",)), Range("modified", gte=1_700_002_000)))
+    hits = store.search(filtered, unit(3), limit=10, flt=flt)
+    assert [h.id for h in hits] == [pid(3)]
+    assert hits[0].payload["folders"] == ["docs", "docs/api"]
+    store.delete(filtered, Filter(must=(Range("modified", lte=1_700_001_000),)))
+    assert store.count(filtered) == 5
+
+
+@pytest.mark.parametrize("bad", [Range("modified"), Range("modified", gte=float("nan")),
+                                 Range("modified", gte=True), Range("", gte=1),
+                                 Range("modified", gte=2, lte=1)])
+def test_malformed_range_refused(store, filtered, bad: Range) -> None:
+    with pytest.raises(UsageError):
+        store.count(filtered, Filter(must=(bad,)))
 
 
 @pytest.mark.parametrize("match", [Match("k"), Match("k", "v", any_of=("v",)), Match("k", 1.5)])
