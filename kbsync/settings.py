@@ -59,6 +59,9 @@ class Settings(BaseSettings):
         "model's input limit (400 for models without one).")
     chunk_overlap: int | None = Field(
         None, ge=0, description="Overlap in tokens between chunks; unset = 15% of the budget.")
+    contextual_text: bool = Field(
+        True, description="Embed and BM25-encode each chunk with its document title and "
+        "heading path in front (the stored text stays the chunk's own).")
     files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
     task_runner: Literal["threads", "dask"] = Field(
         "threads", description="How batches run in parallel: threads, or a Dask cluster.")

@@ -18,6 +18,7 @@ from kbsync.convert import CONVERTER_VERSION, convert
 from kbsync.embed.base import Embedder
 from kbsync.ingest.context import IngestConfig
 from kbsync.settings import Settings
+from kbsync.text.context import CONTEXT_VERSION
 from kbsync.text.sparse import SPARSE_VERSION
 from kbsync.ingest.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
@@ -79,6 +80,8 @@ class Runtime:
         # The fit (the model's input limit) only enters when active, so stores built
         # without one keep their fingerprints.
         fit = {"chunk_fit": self.chunk_config.fit.name} if self.chunk_config.fit else {}
+        # Likewise contextual text: only named when on (a change reprocesses every document).
+        context = {"contextual": CONTEXT_VERSION} if self.config.contextual_text else {}
         service = self._embedder()
         return fingerprint(
             converter=CONVERTER_VERSION,
@@ -91,6 +94,7 @@ class Runtime:
             model=service.model,
             dimension=service.dimension,
             **fit,
+            **context,
         )
 
     def embedding_info(self) -> dict:

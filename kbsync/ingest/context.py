@@ -38,6 +38,8 @@ class IngestConfig:
         disk: the embedded store's folder, whose free space every write books
             first (:mod:`kbsync.ingest.room`); ``None`` against a Qdrant server.
         min_free_bytes: room a write must leave free on ``disk``.
+        contextual_text: embed and BM25-encode each chunk with its title and
+            heading path in front (:mod:`kbsync.text.context`).
     """
 
     collection: str
@@ -48,6 +50,7 @@ class IngestConfig:
     max_file_bytes: int = 100 * 2**20
     disk: Path | None = None
     min_free_bytes: int = 0
+    contextual_text: bool = False
 
     @classmethod
     def from_settings(cls, settings) -> "IngestConfig":
@@ -57,7 +60,8 @@ class IngestConfig:
                    batches_in_flight=2 * settings.task_workers,
                    max_file_bytes=int(settings.max_file_mb * 2**20),
                    disk=None if settings.qdrant_url else settings.store_path,
-                   min_free_bytes=int(settings.min_free_mb * 2**20))
+                   min_free_bytes=int(settings.min_free_mb * 2**20),
+                   contextual_text=settings.contextual_text)
 
 
 class IngestContext(Protocol):

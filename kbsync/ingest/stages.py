@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from kbsync.text.chunk import ChunkConfig, chunk_document
+from kbsync.text.context import contextual_text
 from kbsync.convert import convert
 from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalError, KbsyncError,
                            LockHeld, OrchestratorUnavailable, StoreUnavailable)
@@ -158,7 +159,7 @@ def chunk_stage(works: Sequence[DocWork], *, config: ChunkConfig) -> StageResult
     return result
 
 
-def embed_stage(works: Sequence[DocWork], *, service) -> StageResult:
+def embed_stage(works: Sequence[DocWork], *, service, contextual: bool = False) -> StageResult:
     """Embed every chunk of the batch in one call (the service batches by 64).
 
     A document whose every chunk fell back to the zero vector is reported as
@@ -169,9 +170,12 @@ def embed_stage(works: Sequence[DocWork], *, service) -> StageResult:
     (the cache keeps what the batch call already computed), so only the
     documents that fail again become ``InternalError`` failures. Kbsync errors
     (a refused key, a wrong model) still propagate: they are the run's.
+
+    With ``contextual`` each chunk is embedded with its title and heading path in
+    front (:mod:`kbsync.text.context`); the chunk's stored text stays its own.
     """
     result = StageResult()
-    texts = [c.text for w in works for c in w.chunks]
+    texts = [_indexed(w, c, contextual) for w in works for c in w.chunks]
     if not texts:
         return result
     try:
@@ -182,27 +186,34 @@ def embed_stage(works: Sequence[DocWork], *, service) -> StageResult:
         log.warning("embedding a batch of %d documents failed (%s: %s); embedding them one "
                     "by one", len(works), type(exc).__name__, _first_line(exc))
         log.debug("traceback of the batch embedding failure", exc_info=exc)
-        return _embed_each(works, service=service)
-    _assign(result, works, outcome)
+        return _embed_each(works, service=service, contextual=contextual)
+    _assign(result, works, outcome, contextual)
     return result
 
 
-def _embed_each(works: Sequence[DocWork], *, service) -> StageResult:
+def _indexed(work: DocWork, chunk: Chunk, contextual: bool) -> str:
+    """What ``chunk`` is embedded as (the same string ``build_points`` BM25-encodes)."""
+    return contextual_text(chunk.text, title=work.title,
+                           heading_path=chunk.heading_path) if contextual else chunk.text
+
+
+def _embed_each(works: Sequence[DocWork], *, service, contextual: bool) -> StageResult:
     """The per-document fallback of :func:`embed_stage`."""
     result = StageResult()
     for work in works:
         try:
-            outcome = service.embed_passages([c.text for c in work.chunks])
+            outcome = service.embed_passages([_indexed(work, c, contextual)
+                                              for c in work.chunks])
         except KbsyncError:
             raise
         except Exception as exc:  # noqa: BLE001 - contained to this document
             contain(result, work.source, exc, "embedding")
             continue
-        _assign(result, [work], outcome)
+        _assign(result, [work], outcome, contextual)
     return result
 
 
-def _assign(result: StageResult, works: Sequence[DocWork], outcome) -> None:
+def _assign(result: StageResult, works: Sequence[DocWork], outcome, contextual: bool) -> None:
     """Hand each document its slice of ``outcome``, in order; count and fail as documented."""
     result.counters[Count.EMBEDDINGS_COMPUTED] += outcome.computed
     result.counters[Count.EMBEDDINGS_CACHED] += outcome.cached
@@ -223,7 +234,7 @@ def _assign(result: StageResult, works: Sequence[DocWork], outcome) -> None:
         result.counters[Count.EMBEDDINGS_FAILED] += sum(failed)
         work.prepared = PreparedDoc(source=work.source, chunks=work.chunks, vectors=vectors,
                                     failed=failed, title=work.title,
-                                    source_type=work.source_type)
+                                    source_type=work.source_type, contextual=contextual)
         result.work.append(work)
 
 
@@ -272,7 +283,7 @@ def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
             state, outcome = heal_document(
                 source, item.previous, store=runtime.store, states=runtime.states,
                 service=runtime.service, collection=runtime.collection, namespace=namespace,
-                run_id=run_id)
+                run_id=run_id, contextual=runtime.config.contextual_text)
         except RUN_LEVEL_ERRORS:
             raise
         except KbsyncError as exc:

@@ -65,7 +65,7 @@ def chunk(config: ChunkConfig, converted: StageResult) -> StageResult:
 
 def embed(ctx: IngestContext, chunked: StageResult) -> StageResult:
     """Embed a batch's chunks (cache first, then the provider in batches)."""
-    return embed_stage(chunked.work, service=ctx.service)
+    return embed_stage(chunked.work, service=ctx.service, contextual=ctx.config.contextual_text)
 
 
 def upsert(ctx: IngestContext, embedded: StageResult, namespace: str, run_id: str) -> StageResult:

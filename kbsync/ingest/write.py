@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from kbsync.models import Chunk, DocState, DocStatus, SourceFile
+from kbsync.text.context import contextual_text
 from kbsync.text.sparse import encode_document
 from kbsync.ingest.state import StateStore, utc_now
 from kbsync.store.base import Filter, Point, VectorStore
@@ -52,11 +53,18 @@ class PreparedDoc:
     title: str = ""
     source_type: str = ""
     extra_payload: dict = field(default_factory=dict)
+    contextual: bool = False  # index title + heading path + text (kbsync.text.context)
 
     @property
     def status(self) -> DocStatus:
         """``partial`` when any chunk carries the zero-vector fallback."""
         return DocStatus.PARTIAL if any(self.failed) else DocStatus.OK
+
+    def indexed_text(self, chunk: Chunk) -> str:
+        """What ``chunk`` is embedded and BM25-encoded as (its stored text stays as is)."""
+        if not self.contextual:
+            return chunk.text
+        return contextual_text(chunk.text, title=self.title, heading_path=chunk.heading_path)
 
 
 def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
@@ -82,7 +90,7 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
         }
         points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
                                         chunk.text), payload=payload, vector=vector,
-                            sparse=encode_document(chunk.text)))
+                            sparse=encode_document(doc.indexed_text(chunk))))
     return points
 
 
@@ -160,24 +168,28 @@ def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
 
 def heal_document(
     source: SourceFile, previous: DocState, *, store: VectorStore, states: StateStore,
-    service, collection: str, namespace: str, run_id: str,
+    service, collection: str, namespace: str, run_id: str, contextual: bool = False,
 ) -> tuple[DocState, EmbedOutcome]:
     """Re-embed the zero-vector chunks of an unchanged ``partial`` document.
 
     No conversion or chunking: the flagged points' stored texts are embedded
     again and upserted under the same ids. The state becomes ``ok`` only when
-    no flagged point is left.
+    no flagged point is left. With ``contextual`` the texts are rebuilt from the
+    payload's title and heading path exactly as :meth:`PreparedDoc.indexed_text`
+    built them, so a healed point's vectors equal a fresh write's.
 
     Returns:
         The committed state and the embedding outcome (for the counters).
     """
     flt = Filter.where(namespace=namespace, doc_id=source.doc_id, embedding_failed=True)
     flagged = list(store.scroll(collection, flt))
-    outcome = service.embed_passages([p.payload["text"] for p in flagged])
+    texts = [_stored_indexed_text(p.payload, contextual) for p in flagged]
+    outcome = service.embed_passages(texts)
     # An upsert replaces every vector of a point: the sparse one is written again too.
     healed = [Point(id=p.id, payload={**p.payload, "embedding_failed": False}, vector=v,
-                    sparse=encode_document(p.payload["text"]))
-              for p, v, failed in zip(flagged, outcome.vectors, outcome.failed, strict=True)
+                    sparse=encode_document(text))
+              for p, text, v, failed in zip(flagged, texts, outcome.vectors, outcome.failed,
+                                            strict=True)
               if not failed]
     if healed:
         store.upsert(collection, healed)
@@ -186,3 +198,11 @@ def heal_document(
                         "run_id": run_id, "size": source.size, "mtime_ns": source.mtime_ns})
     states.commit([state])
     return state, outcome
+
+
+def _stored_indexed_text(payload: dict, contextual: bool) -> str:
+    """What a stored point was indexed as (see :meth:`PreparedDoc.indexed_text`)."""
+    if not contextual:
+        return payload["text"]
+    return contextual_text(payload["text"], title=payload.get("title") or "",
+                           heading_path=payload.get("heading_path") or "")

@@ -3,6 +3,7 @@
     python data/eval/build_sets.py --out ~/.cache/kbsync-eval      # once
     python tests/bench/retrieval_bench.py [--sets en,zh] [--models minilm,e5,hash]
                                           [--chunk-tokens N] [--work DIR]
+                                          [--contextual on|off|off,on]
 
 For each set (``data/eval/en_rfaq_git.jsonl`` over the ``en`` share,
 ``data/eval/zh_manpages.jsonl`` over ``zh``) and each embedder, the share is ingested
@@ -10,7 +11,9 @@ with the plain loop (kbsync.ingest.runner.run_plain; the store is kept under ``-
 re-used when the settings are the same, so a second run only re-evaluates), then
 every query is searched in each mode. ``bm25`` is the sparse half alone (a plain
 BM25 baseline over the same chunks). Prints nDCG@10, hit@10, MRR and p50 latency
-per set x model x mode, and the mean over the two languages.
+per set x model x mode, and the mean over the two languages. ``--contextual off,on``
+adds an axis: each store is built with ``KBSYNC_CONTEXTUAL_TEXT`` off and on (title and
+heading path in front of the embedded and BM25-encoded text), side by side.
 Not collected by pytest.
 """
 
@@ -32,11 +35,12 @@ MODELS = {"minilm": ("local", "all-MiniLM-L6-v2"), "e5": ("local", "multilingual
 K = 10
 
 
-def _settings(home: Path, model: str, chunk_tokens: int | None):
+def _settings(home: Path, model: str, chunk_tokens: int | None, contextual: bool):
     from kbsync.settings import Settings
 
     provider, name = MODELS[model]
-    env = {"home": home, "embed_provider": provider, "embed_model": name}
+    env = {"home": home, "embed_provider": provider, "embed_model": name,
+           "contextual_text": contextual}
     if chunk_tokens:
         env["chunk_tokens"] = chunk_tokens
     return Settings(**env)
@@ -84,14 +88,14 @@ def _bm25_outcomes(queries, runtime, namespace: str):
 
 
 def measure(set_name: str, model: str, work: Path, chunk_tokens: int | None,
-            modes: list[str]) -> dict[str, dict]:
+            modes: list[str], contextual: bool = False) -> dict[str, dict]:
     """Ingest one set with one embedder (if not done yet) and score every mode."""
     from kbsync.eval.run import aggregate, load_queries, parse_modes, run_mode
     from kbsync.app.runtime import Runtime
 
     share = Path(os.environ.get("KBSYNC_EVAL_SHARES", Path.home() / ".cache" / "kbsync-eval"))
-    home = work / f"{set_name}-{model}-{chunk_tokens or 'default'}"
-    runtime = Runtime.open(_settings(home, model, chunk_tokens))
+    home = work / f"{set_name}-{model}-{chunk_tokens or 'default'}{'-ctx' if contextual else ''}"
+    runtime = Runtime.open(_settings(home, model, chunk_tokens, contextual))
     try:
         _ingest(runtime, share.expanduser() / set_name, set_name)
         queries = load_queries(REPO / "data" / "eval" / SETS[set_name])
@@ -112,15 +116,20 @@ def main() -> None:
     parser.add_argument("--modes", default="dense,hybrid,bm25")
     parser.add_argument("--chunk-tokens", type=int, default=None)
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "kbsync-eval-work")
+    parser.add_argument("--contextual", default="off",
+                        help="off, on, or off,on (contextual text; see the module doc)")
     args = parser.parse_args()
     modes = args.modes.split(",")
     rows = []
     for model in args.models.split(","):
         for set_name in args.sets.split(","):
-            result = measure(set_name, model, args.work, args.chunk_tokens, modes)
-            for mode, metrics in result.items():
-                rows.append((set_name, model, mode, metrics))
-    print(f"| set | model | mode | nDCG@10 | hit@10 | MRR | p50 ms | raw | kept |")
+            for ctx in args.contextual.split(","):
+                result = measure(set_name, model, args.work, args.chunk_tokens, modes,
+                                 contextual=ctx == "on")
+                label = f"{model}+ctx" if ctx == "on" else model
+                for mode, metrics in result.items():
+                    rows.append((set_name, label, mode, metrics))
+    print("| set | model | mode | nDCG@10 | hit@10 | MRR | p50 ms | raw | kept |")
     print("|---|---|---|---|---|---|---|---|---|")
     for set_name, model, mode, x in rows:
         print(f"| {set_name} | {model} | {mode} | {x['ndcg@10']:.3f} | {x['hit_rate']:.3f} | "
