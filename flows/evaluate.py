@@ -8,7 +8,7 @@ mode dropped by more than ``regression_margin`` against the baseline run.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from prefect import flow, get_run_logger
 from prefect.states import Failed
@@ -17,6 +17,7 @@ from pydantic import Field
 from kbsync.errors import RetrievalRegression
 from kbsync.eval.report import gate_message
 from kbsync.eval.run import build_result, check_k, llm_for, parse_modes
+from kbsync.query.filters import SearchFilters
 from kbsync.settings import Settings
 from tasks import eval_tasks as t
 from tasks.resources import release, runtime_for
@@ -31,6 +32,7 @@ def evaluate(
     report_dir: Annotated[str, Field(min_length=1)] = "reports/eval",
     regression_margin: Annotated[float, Field(ge=0, le=1)] = 0.02,
     accept_regression: bool = False,
+    filters: dict[str, Any] | None = None,
 ) -> dict:
     """Evaluate retrieval over a labelled query set and return the JSON result.
 
@@ -45,11 +47,14 @@ def evaluate(
         report_dir: Folder for per-run CSV/Markdown/PNG, latest.json and history.jsonl; the gate compares with earlier runs kept here.
         regression_margin: The run fails when nDCG@10 of any mode drops by more than this against the baseline run.
         accept_regression: Record a drop as the new baseline instead of failing.
+        filters: Query-time filters for every search: root, path_prefix, types (list), modified_since (ISO date or datetime).
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
     settings = Settings()
     specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
     check_k(k)
+    # A bad filter is a usage error before work; the JSON form travels on (plain values).
+    filters = SearchFilters.build(**(filters or {})).to_dict()
     if any(spec.needs_llm for spec in specs):
         llm_for(settings)  # +mqe/+hyde without a chat model: a usage error, before work
     queries = t.load_queries(queries_file)
@@ -57,12 +62,13 @@ def evaluate(
         warnings = t.check_labels(queries, settings, namespace=namespace)
         outcomes = []
         for spec in specs:  # one after the other: latencies measured without competition
-            outcomes += t.search_mode(queries, spec, settings, namespace=namespace, k=k)
+            outcomes += t.search_mode(queries, spec, settings, namespace=namespace, k=k,
+                                      filters=filters)
         embedding = runtime_for(settings).embedding_info()
     finally:
         release(settings)
     result = build_result(queries, outcomes, k=k, namespace=namespace, warnings=warnings,
-                          embedding=embedding)
+                          embedding=embedding, filters=filters)
     result = t.write_eval_report(result, report_dir, margin=regression_margin,
                                  accept=accept_regression)
     t.publish_eval(result)  # in the flow body: the artifacts belong to this flow run

@@ -29,6 +29,7 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from kbsync.errors import UsageError
@@ -187,9 +188,17 @@ class KnowledgeBase:
                                   and done.state.status is DocStatus.PARTIAL))
 
     def search(self, query: str, namespace: str = "default", *, k: int = 5,
-               min_score: float | None = None, **options: Any):
+               min_score: float | None = None, root: str | None = None,
+               path_prefix: str | None = None, types: str | Sequence[str] | None = None,
+               modified_since: Any = None, **options: Any):
         """Search one namespace; ``options`` go to :func:`kbsync.query.search.search` (mode, mqe...).
 
+        ``root``, ``path_prefix``, ``types`` (``"pdf,html"`` or a list) and
+        ``modified_since`` (ISO string, date or datetime; no timezone = UTC)
+        narrow the namespace (:mod:`kbsync.query.filters`).
+
+        Raises:
+            UsageError: a malformed filter value.
         Returns:
             :class:`kbsync.query.search.SearchResult`.
         """
@@ -198,15 +207,19 @@ class KnowledgeBase:
         runtime = self._open(embed=True)
         return search(query, store=runtime.store, service=runtime.service,
                       collection=runtime.collection, namespace=namespace, k=k,
-                      min_score=min_score, **options)
+                      min_score=min_score, root=root, path_prefix=path_prefix, types=types,
+                      modified_since=modified_since, **options)
 
     def ask(self, question: str, namespace: str = "default", *, k: int = 5,
-            min_score: float | None = None, llm=None):
+            min_score: float | None = None, llm=None, root: str | None = None,
+            path_prefix: str | None = None, types: str | Sequence[str] | None = None,
+            modified_since: Any = None):
         """Answer from the namespace's best chunks with ``[n]`` citations.
 
         Args:
             min_score: relevance threshold; ``None`` uses :data:`kbsync.query.answer.DEFAULT_MIN_SCORE`.
             llm: a chat model; default: the configured ``KBSYNC_LLM_*`` one.
+            root, path_prefix, types, modified_since: filters, as for :meth:`search`.
         Returns:
             :class:`kbsync.query.answer.Answer`.
         """
@@ -216,7 +229,9 @@ class KnowledgeBase:
         runtime = self._open(embed=True)
         return ask(question, store=runtime.store, service=runtime.service,
                    collection=runtime.collection, llm=model, namespace=namespace, k=k,
-                   min_score=DEFAULT_MIN_SCORE if min_score is None else min_score)
+                   min_score=DEFAULT_MIN_SCORE if min_score is None else min_score,
+                   root=root, path_prefix=path_prefix, types=types,
+                   modified_since=modified_since)
 
     def stats(self, namespace: str | None = None) -> Stats:
         """Documents, chunks and failed embeddings per namespace (loads no model)."""
@@ -274,16 +289,17 @@ def add_text(text: str, doc_id: str, namespace: str = "default", *,
 
 def search(query: str, namespace: str = "default", *, k: int = 5,
            min_score: float | None = None, settings: Settings | None = None, **options: Any):
-    """See :meth:`KnowledgeBase.search`."""
+    """See :meth:`KnowledgeBase.search` (filters: root, path_prefix, types, modified_since)."""
     with KnowledgeBase(settings) as kb:
         return kb.search(query, namespace, k=k, min_score=min_score, **options)
 
 
 def ask(question: str, namespace: str = "default", *, k: int = 5,
-        min_score: float | None = None, llm=None, settings: Settings | None = None):
-    """See :meth:`KnowledgeBase.ask`."""
+        min_score: float | None = None, llm=None, settings: Settings | None = None,
+        **filters: Any):
+    """See :meth:`KnowledgeBase.ask` (``filters``: root, path_prefix, types, modified_since)."""
     with KnowledgeBase(settings) as kb:
-        return kb.ask(question, namespace, k=k, min_score=min_score, llm=llm)
+        return kb.ask(question, namespace, k=k, min_score=min_score, llm=llm, **filters)
 
 
 def stats(namespace: str | None = None, *, settings: Settings | None = None) -> Stats:

@@ -52,11 +52,11 @@ def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: 
 @task(name="search-mode", retries=2, retry_delay_seconds=5,
       retry_condition_fn=_transient, task_run_name="search-{spec.name}", **COMMON)
 def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settings, *,
-                namespace: str, k: int) -> list[ev.QueryOutcome]:
-    """Search and score every query under one mode."""
+                namespace: str, k: int, filters: dict | None = None) -> list[ev.QueryOutcome]:
+    """Search and score every query under one mode (``filters``: see ``ev.run_mode``)."""
     runtime = runtime_for(settings)
     return ev.run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k,
-                       llm=ev.llm_for(settings) if spec.needs_llm else None)
+                       llm=ev.llm_for(settings) if spec.needs_llm else None, filters=filters)
 
 
 @task(name="write-report", **COMMON)

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Sequence
 
-from kbsync.app import cli_ask, cli_eval
+from kbsync.app import cli_ask, cli_eval, cli_filters
 
 from kbsync.app import cli_remove
 
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--hyde", action="store_true",
                       help="also search a hypothetical answer written by the chat model")
     srch.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    cli_filters.register(srch)
 
     st = sub.add_parser("stats", help="documents and chunks per namespace")
     st.add_argument("--namespace", type=namespace_argument, default=None,
@@ -221,7 +222,8 @@ def _search(args, settings) -> int:
     if store is None:  # answered at once: no model loaded, no folder created
         result = SearchResult(query=args.query, namespace=args.namespace, mode=args.mode,
                               raw_count=0, kept_count=0,
-                              notes=[cli_support.nothing_indexed(settings, args.namespace)])
+                              notes=[cli_support.nothing_indexed(settings, args.namespace)],
+                              filters=cli_filters.filters_dict(args))
     else:
         from kbsync.embed import build_embedding_service
 
@@ -229,7 +231,7 @@ def _search(args, settings) -> int:
             result = search(args.query, store=store, service=build_embedding_service(settings),
                             collection=settings.collection, namespace=args.namespace,
                             k=args.k, min_score=args.min_score, mode=args.mode, mqe=args.mqe,
-                            hyde=args.hyde, llm=llm)
+                            hyde=args.hyde, llm=llm, **cli_filters.filter_kwargs(args))
         finally:
             store.close()
     _emit(result.to_dict()) if args.json else print_search(result)

@@ -6,7 +6,7 @@ relevant was found (``answered`` is false in the JSON object).
 
 from __future__ import annotations
 
-from kbsync.app import cli_support
+from kbsync.app import cli_filters, cli_support
 from kbsync.app.cli_support import (
     k_argument,
     namespace_argument,
@@ -26,6 +26,7 @@ def register(sub) -> None:
                      help="ignore chunks scoring below S; nothing above it = no answer "
                           "(default 0.3)")
     ask.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    cli_filters.register(ask)
 
 
 def run_ask(args, settings) -> int:
@@ -43,7 +44,7 @@ def run_ask(args, settings) -> int:
         try:
             answer = ask(args.question, store=store, service=build_embedding_service(settings),
                          collection=settings.collection, llm=llm, namespace=args.namespace,
-                         k=args.k, min_score=min_score)
+                         k=args.k, min_score=min_score, **cli_filters.filter_kwargs(args))
         finally:
             store.close()
     if args.json:
@@ -59,7 +60,7 @@ def _nothing_indexed(args, settings, min_score):
     message = cli_support.nothing_indexed(settings, args.namespace)
     return Answer(query=args.question, namespace=args.namespace, mode="dense", answer=message,
                   answered=False, citations=[], raw_count=0, kept_count=0, results=[],
-                  latency_ms=0.0, min_score=min_score)
+                  latency_ms=0.0, min_score=min_score, filters=cli_filters.filters_dict(args))
 
 
 def _print_answer(answer) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from contextlib import nullcontext
 
-from kbsync.app import cli_support
+from kbsync.app import cli_filters, cli_support
 from kbsync.app.cli_support import k_argument, namespace_argument, run_result
 
 
@@ -41,6 +41,7 @@ def register(sub) -> None:
     ev.add_argument("--accept", action="store_true",
                     help="record a drop as the new baseline instead of failing")
     ev.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    cli_filters.register(ev)
 
 
 def run_eval(args, settings) -> int:
@@ -60,7 +61,7 @@ def run_eval(args, settings) -> int:
         state = evaluate(queries_file=args.queries_file, namespace=args.namespace, k=args.k,
                          modes=modes, report_dir=args.report_dir,
                          regression_margin=args.max_drop, accept_regression=args.accept,
-                         return_state=True)
+                         filters=cli_filters.filters_dict(args), return_state=True)
     data = run_result(state.result(raise_on_failure=False))
     if args.json:
         cli_support.emit(data)

@@ -22,7 +22,8 @@ from kbsync.text.context import CONTEXT_VERSION
 from kbsync.text.sparse import SPARSE_VERSION
 from kbsync.ingest.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
-from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
+from kbsync.ingest.write import (CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES,
+                                 PAYLOAD_VERSION)
 from kbsync.models import Document
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ class Runtime:
             chunk_overlap=self.chunk_config.overlap,
             chunk_max_chars=self.chunk_config.max_chars,
             sparse=SPARSE_VERSION,
+            payload=PAYLOAD_VERSION,  # new filter fields: points are rewritten once
             provider=service.provider,
             model=service.model,
             dimension=service.dimension,
@@ -108,7 +110,8 @@ class Runtime:
         dimension mismatch."""
         self.store.ensure_collection(self.collection, dimension=self._embedder().dimension,
                                      keyword_indexes=CHUNK_INDEXES, sparse=True,
-                                     bool_indexes=CHUNK_BOOL_INDEXES)
+                                     bool_indexes=CHUNK_BOOL_INDEXES,
+                                     integer_indexes=CHUNK_INTEGER_INDEXES)
 
     def _embedder(self) -> Embedder:
         """``service``, for what describes or writes vectors.

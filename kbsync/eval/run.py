@@ -14,6 +14,8 @@ optionally with query expansion by the chat model: ``dense+mqe3``, ``hybrid+hyde
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
@@ -23,6 +25,7 @@ from kbsync.eval import metrics as m
 from kbsync.errors import UsageError
 from kbsync.eval.queries import EvalQuery, load_queries, queries_hash
 from kbsync.query.expand import MAX_MQE
+from kbsync.query.filters import SearchFilters
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +180,12 @@ def check_labels(queries: Sequence[EvalQuery], known: set[str], namespace: str) 
 
 def run_mode(
     queries: Sequence[EvalQuery], spec: ModeSpec, *, runtime, namespace: str, k: int,
-    llm: object | None = None, warm_up: bool = True,
+    llm: object | None = None, warm_up: bool = True, filters: dict[str, Any] | None = None,
 ) -> list[QueryOutcome]:
     """Search every query under one mode and score the document ranking.
+
+    ``filters`` (root, path_prefix, types, modified_since: the JSON form of
+    :class:`kbsync.query.filters.SearchFilters`) narrow every search.
 
     Raises:
         UsageError: the mode expands queries but ``llm`` is ``None``.
@@ -191,6 +197,7 @@ def run_mode(
     from kbsync.query.search import search
 
     kwargs = spec.search_kwargs()
+    kwargs.update(filters or {})
     if spec.needs_llm:
         if llm is None:  # search would quietly fall back to the plain query: refuse instead
             raise UsageError(f"mode {spec.name!r} needs a chat model (KBSYNC_LLM_MODEL)")
@@ -274,6 +281,7 @@ class EvalResult:
     warnings: list[str] = field(default_factory=list)
     embedding: dict[str, Any] = field(default_factory=dict)
     queries_hash: str = ""
+    filters: dict[str, Any] = field(default_factory=dict)  # as search echoes them
     outcomes: list[QueryOutcome] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -307,10 +315,16 @@ def check_k(k: int) -> None:
 
 def build_result(queries: Sequence[EvalQuery], outcomes: Sequence[QueryOutcome], *, k: int,
                  namespace: str, warnings: Sequence[str] = (),
-                 embedding: dict | None = None) -> EvalResult:
-    """Aggregate outcomes into an :class:`EvalResult` (report and gate not filled yet)."""
+                 embedding: dict | None = None,
+                 filters: dict[str, Any] | None = None) -> EvalResult:
+    """Aggregate outcomes into an :class:`EvalResult` (report and gate not filled yet).
+
+    With active ``filters`` the queries hash covers them too, so the regression
+    gate compares a filtered run only with runs under the same filters.
+    """
     for warning in warnings:
         log.warning("%s", warning)
+    applied = SearchFilters.build(**(filters or {})).to_dict()
     unscored = sum(1 for q in queries if not q.relevant)
     notes = list(warnings)
     if unscored:
@@ -318,4 +332,15 @@ def build_result(queries: Sequence[EvalQuery], outcomes: Sequence[QueryOutcome],
                      "and latency, left out of the quality means")
     return EvalResult(queries=len(queries), k=k, namespace=namespace, modes=aggregate(outcomes),
                       warnings=notes, embedding=dict(embedding or {}),
-                      queries_hash=queries_hash(queries), outcomes=list(outcomes))
+                      queries_hash=_run_hash(queries, applied), outcomes=list(outcomes),
+                      filters=applied)
+
+
+def _run_hash(queries: Sequence[EvalQuery], filters: dict[str, Any] | None) -> str:
+    """The queries hash, extended by the filters when any is set (unfiltered runs keep theirs)."""
+    base = queries_hash(queries)
+    active = {k: v for k, v in (filters or {}).items() if v not in (None, [], ())}
+    if not active:
+        return base
+    data = json.dumps([base, active], sort_keys=True, default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:16]

@@ -32,8 +32,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POINT_NAMESPACE = uuid.UUID("1b6f2a8e-0d4c-4f3b-9a57-7c2e5d9e8a10")
-CHUNK_INDEXES = ("namespace", "doc_id", "root")  # root: the per-root store check counts by it
+# root: the per-root store check counts by it; root, folders, source_type: query-time filters
+CHUNK_INDEXES = ("namespace", "doc_id", "root", "folders", "source_type")
 CHUNK_BOOL_INDEXES = ("embedding_failed",)  # every search filters on it: index it
+CHUNK_INTEGER_INDEXES = ("modified", "payload_version")  # --modified-since; old-point check
+PAYLOAD_VERSION = 2
+"""Version of the chunk payload's shape; it enters the settings fingerprint, so raising it
+makes the next ingest rewrite every document once (embeddings come from the cache).
+2: ``folders``, ``modified`` and ``payload_version`` added (query-time filters)."""
+
+
+def folders_of(rel_path: str) -> list[str]:
+    """The ancestor folders of a root-relative POSIX path, outermost first.
+
+    ``"docs/api/x.md"`` -> ``["docs", "docs/api"]``; a file at the root has none.
+    Stored as the ``folders`` keyword array, so ``--path-prefix docs/api`` is one
+    exact keyword match (Qdrant has no prefix match on keywords).
+    """
+    parts = rel_path.split("/")[:-1]
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def point_id(namespace: str, doc_id: str, chunk_index: int, text: str) -> str:
@@ -86,7 +103,8 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
             "heading_path": chunk.heading_path, "page_start": chunk.page_start,
             "page_end": chunk.page_end, "content_hash": doc.source.content_hash,
             "embedding_failed": failed, "title": doc.title, "source_type": doc.source_type,
-            **doc.extra_payload,
+            "folders": folders_of(doc.source.rel_path), "modified": doc.source.mtime_ns // 10**9,
+            "payload_version": PAYLOAD_VERSION, **doc.extra_payload,
         }
         points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
                                         chunk.text), payload=payload, vector=vector,

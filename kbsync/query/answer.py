@@ -18,9 +18,10 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from kbsync.models import SearchHit
+from kbsync.query.filters import SearchFilters
 from kbsync.query.search import citation, search
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class Answer:
     context_used: int = 0
     invented_citations: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    filters: dict = field(default_factory=lambda: SearchFilters().to_dict())
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -104,7 +106,9 @@ def nothing_found(namespace: str) -> str:
 def ask(
     question: str, *, store, service, collection: str, llm: ChatModel,
     namespace: str = "default", k: int = 5, min_score: float | None = DEFAULT_MIN_SCORE,
-    max_context_chars: int = MAX_CONTEXT_CHARS,
+    max_context_chars: int = MAX_CONTEXT_CHARS, root: str | None = None,
+    path_prefix: str | None = None, types: str | Sequence[str] | None = None,
+    modified_since: Any = None,
 ) -> Answer:
     """Answer ``question`` from the ``k`` best chunks of ``namespace``, with citations.
 
@@ -117,19 +121,25 @@ def ask(
         min_score: chunks scoring below it are not given to the model
             (``None``: no threshold).
         max_context_chars: passages beyond this many characters are left out.
+        root, path_prefix, types, modified_since: query-time filters, as for
+            :func:`kbsync.query.search.search` (echoed in ``filters``; a note of
+            the search, e.g. about chunks the filters cannot see, becomes a warning).
     Raises:
         ValueError: blank question or bad k (from search).
+        UsageError: a malformed filter value.
         KbsyncError: the store or the chat model failed (never an empty answer).
     """
     # Dense on purpose: min_score is a cosine threshold here, meaningless for RRF scores.
     result = search(question, store=store, service=service, collection=collection,
-                    namespace=namespace, k=k, mode="dense")
+                    namespace=namespace, k=k, mode="dense", root=root,
+                    path_prefix=path_prefix, types=types, modified_since=modified_since)
     context = _context(result.results, min_score, max_context_chars)
     answer = Answer(query=question, namespace=namespace, mode=result.mode, answer="",
                     answered=False, citations=[], raw_count=result.raw_count,
                     kept_count=result.kept_count, results=result.results,
                     latency_ms=result.latency_ms, min_score=min_score,
-                    context_used=len(context))
+                    context_used=len(context), warnings=list(result.notes),
+                    filters=result.filters)
     if not context:
         answer.answer = nothing_found(namespace)
         return answer

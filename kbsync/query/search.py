@@ -18,6 +18,10 @@ Plain core code: it never starts a Prefect server.
   duplicate-text removal; the first ``k`` of those are returned.
 - **Isolation**: every store call carries the namespace filter, which also
   excludes points flagged ``embedding_failed`` (zero-vector fallbacks).
+- **Filters** (:mod:`kbsync.query.filters`): ``root``, ``path_prefix``,
+  ``types`` and ``modified_since`` narrow every store call further (ANDed
+  with the namespace filter, in both modes and for every expansion); the
+  result echoes them in ``filters``.
 
 The module is callable: ``kbsync.search("query", namespace="ns")`` runs
 :func:`search_kb`, which opens settings, store and model itself;
@@ -36,6 +40,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from kbsync.query import expand
+from kbsync.query.filters import SearchFilters, stale_note
 from kbsync.errors import KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
 from kbsync.ingest.identity import check_query_embedder
@@ -74,6 +79,7 @@ class SearchResult:
     latency_ms: float = 0.0
     expansions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    filters: dict[str, Any] = field(default_factory=lambda: SearchFilters().to_dict())
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -108,6 +114,10 @@ def search(
     mqe: int = 0,
     hyde: bool = False,
     llm: expand.ChatModel | None = None,
+    root: str | None = None,
+    path_prefix: str | None = None,
+    types: str | Sequence[str] | None = None,
+    modified_since: Any = None,
 ) -> SearchResult:
     """Search ``query`` in ``namespace``.
 
@@ -126,9 +136,13 @@ def search(
         hyde: also search an LLM-written hypothetical answer passage.
         llm: the chat model for ``mqe``/``hyde``; ``None`` = not configured
             (the plain query is searched and a note says so).
+        root, path_prefix, types, modified_since: query-time filters, see
+            :meth:`kbsync.query.filters.SearchFilters.build` (an ISO string,
+            date or datetime for ``modified_since``).
 
     Raises:
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
+        UsageError: a malformed filter value.
         EmbedderMismatch: the collection was built with another embedder
             (see :mod:`kbsync.ingest.identity`).
         KbsyncError: the store or the embedding model failed (a failing chat
@@ -141,12 +155,18 @@ def search(
     if not 0 <= mqe <= expand.MAX_MQE:
         raise ValueError(f"mqe must be between 0 and {expand.MAX_MQE}, got {mqe}")
     mode = SearchMode(mode)
+    filters = SearchFilters.build(root=root, path_prefix=path_prefix, types=types,
+                                  modified_since=modified_since)
     started = time.perf_counter()
     # Vectors of another model are not comparable, even with the same dimension.
     check_query_embedder(store, service, collection=collection)
     notes: list[str] = []
     probes = [_Probe(query)] + _expansions(query, mqe=mqe, hyde=hyde, llm=llm, notes=notes)
     flt = namespace_filter(namespace)
+    stale = stale_note(store, collection, flt, filters)
+    if stale:
+        _note(notes, stale)
+    flt = filters.apply(flt)
     best: dict[str, ScoredPoint] = {}
     raw = 0
     searched: list[_Probe] = []
@@ -165,7 +185,8 @@ def search(
     return SearchResult(query=query, namespace=namespace, mode=mode.value, raw_count=raw,
                         kept_count=len(kept), results=hits,
                         latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                        expansions=[p.text for p in searched[1:]], notes=notes)
+                        expansions=[p.text for p in searched[1:]], notes=notes,
+                        filters=filters.to_dict())
 
 
 def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str]) -> list[_Probe]:
@@ -278,6 +299,10 @@ def search_kb(
     service: Any = None,
     llm: expand.ChatModel | None = None,
     collection: str | None = None,
+    root: str | None = None,
+    path_prefix: str | None = None,
+    types: str | Sequence[str] | None = None,
+    modified_since: Any = None,
 ) -> SearchResult:
     """Search with whatever is not given opened from the settings (``kbsync.search(...)``).
 
@@ -309,7 +334,8 @@ def search_kb(
     try:
         return search(query, store=store, service=service,
                       collection=collection or settings.collection, namespace=namespace, k=k,
-                      min_score=min_score, mode=mode, mqe=mqe, hyde=hyde, llm=llm)
+                      min_score=min_score, mode=mode, mqe=mqe, hyde=hyde, llm=llm, root=root,
+                      path_prefix=path_prefix, types=types, modified_since=modified_since)
     finally:
         if own_store:
             store.close()

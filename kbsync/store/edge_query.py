@@ -138,8 +138,8 @@ def index_operations(existing: set[str], keyword_indexes: Sequence[str],
             operations.append(qe.UpdateOperation.create_field_index(key, qe.BoolIndexParams()))
     for key in integer_indexes:
         if key not in existing:
-            params = qe.IntegerIndexParams(lookup=False, range=True)
-            operations.append(qe.UpdateOperation.create_field_index(key, params))
+            ranged = qe.IntegerIndexParams(lookup=False, range=True)
+            operations.append(qe.UpdateOperation.create_field_index(key, ranged))
     return operations
 
 

@@ -97,7 +97,7 @@ def test_cli_search_hybrid_json_adds_fields_only(ingested, capsys) -> None:
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"query", "namespace", "mode", "raw_count", "kept_count", "results",
-                         "latency_ms", "expansions", "notes"}
+                         "latency_ms", "expansions", "notes", "filters"}  # filters: #13.4
     assert data["mode"] == "hybrid" and data["results"][0]["doc_id"] == RUNBOOK
     assert data["expansions"] == [] and data["notes"] == []
     assert set(data["results"][0]) >= {"doc_id", "path", "heading_path", "page_start",

@@ -1,0 +1,63 @@
+"""The query-time filter options of ``kbsync search``, ``ask`` and ``eval``.
+
+Each value is checked while the arguments are parsed, so a bad one is the usual
+one-line usage error (exit 2) before any store is opened; the parsed values go
+to :class:`kbsync.query.filters.SearchFilters` unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kbsync.errors import UsageError
+
+TYPES_HELP = "pdf, html, docx, xlsx, pptx, csv, markdown, text, json, code"
+"""``kbsync.query.filters.SOURCE_TYPES`` spelled out: ``--help`` must not import the query
+wing (tests/app/test_cli_startup.py); tests/app/test_cli_filters.py keeps the two equal."""
+
+
+def _checked(name: str):
+    """An argparse ``type`` from the parser ``name`` of :mod:`kbsync.query.filters`."""
+    def check(text: str):
+        from kbsync.query import filters as qf  # late: see TYPES_HELP
+
+        try:
+            return getattr(qf, name)(text)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    check.__name__ = name  # argparse names the type in some messages
+    return check
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add ``--root``, ``--path-prefix``, ``--type`` and ``--modified-since`` to ``parser``."""
+    group = parser.add_argument_group(
+        "filters", "narrow the namespace (all given filters must hold; chunks ingested before "
+                   "these filters existed lack folders and dates until re-ingested)")
+    group.add_argument("--root", type=_checked("parse_root"), default=None, metavar="NAME",
+                       help="only documents of this root (the NAME of `kbsync ingest NAME=PATH`)")
+    group.add_argument("--path-prefix", type=_checked("parse_path_prefix"), default=None,
+                       metavar="P", help="only documents under this folder, relative to the "
+                                         "root (e.g. docs/api; whole folder names)")
+    group.add_argument("--type", dest="types", action="append", type=_checked("parse_types"),
+                       default=None, metavar="T1,T2",
+                       help=f"only these file types ({TYPES_HELP}; md, htm, txt "
+                            "accepted; repeatable)")
+    group.add_argument("--modified-since", type=_checked("parse_since"), default=None,
+                       metavar="DATE", help="only files modified at or after DATE (ISO date or "
+                                            "datetime, e.g. 2024-05-01; no timezone = UTC)")
+
+
+def filter_kwargs(args: Any) -> dict[str, Any]:
+    """The parsed filter options as keyword arguments of ``search``/``ask``."""
+    types = [t for group in args.types for t in group] if args.types else None
+    return {"root": args.root, "path_prefix": args.path_prefix, "types": types,
+            "modified_since": args.modified_since}
+
+
+def filters_dict(args: Any) -> dict[str, Any]:
+    """The parsed filter options in the JSON form the results echo."""
+    from kbsync.query import filters as qf
+
+    return qf.SearchFilters.build(**filter_kwargs(args)).to_dict()

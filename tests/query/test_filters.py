@@ -1,0 +1,211 @@
+"""Query-time filters end to end: a two-root share ingested (plain runner, hash embedder),
+then searched with each filter through ``kbsync.search``, ``kbsync.api`` and the CLI.
+
+Dense mode and a large k make every search return every chunk the filters let
+through (the hash embedder ranks, it does not select), so each assertion is on
+the exact set of documents: nothing outside the filter, nothing inside it missed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import pytest
+
+import kbsync
+from kbsync import api
+from kbsync.errors import UsageError
+from kbsync.query.filters import SOURCE_TYPES, SearchFilters
+from kbtest import SAMPLE, cli_env, run_kbsync
+
+
+def _utc(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+
+
+# doc_id -> (file content or sample file to copy, mtime in UTC)
+FILES = {
+    "alpha/docs/intro.md": ("# Intro\n\nWelcome to the alpha documentation set.", "2024-01-10"),
+    "alpha/docs/api/auth.md": ("# Auth\n\nTokens are signed with the alpha signing key.",
+                               "2024-06-01"),
+    "alpha/docs/api/reference.html": (SAMPLE / "engineering/api-reference.html", "2024-06-15"),
+    "alpha/guide/docs/notes.md": ("# Notes\n\nA guide folder that holds a docs folder.",
+                                  "2023-05-01"),
+    "alpha/top.md": ("# Top\n\nA file at the root of alpha, in no folder at all.", "2024-07-01"),
+    "beta/docs/policy.pdf": (SAMPLE / "policies/security-policy.pdf", "2024-02-01"),
+    "beta/docs/api-old/legacy.md": ("# Legacy\n\nThe retired v1 interface of beta.",
+                                    "2024-08-01"),
+}
+ALL = set(FILES)
+
+
+@pytest.fixture
+def share(tmp_path: Path) -> Path:
+    base = tmp_path / "share"
+    for doc_id, (content, mtime) in FILES.items():
+        path = base / doc_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, path)
+        else:
+            path.write_text(content, encoding="utf-8")
+        os.utime(path, (_utc(mtime), _utc(mtime)))
+    return base
+
+
+@pytest.fixture
+def kb(settings, share):
+    """The share's two roots ingested into namespace ``default``; the settings."""
+    from kbsync.app.runtime import Runtime
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+
+    runtime = Runtime.open(settings)
+    try:
+        summary = run_plain([parse_root(f"alpha={share / 'alpha'}"),
+                             parse_root(f"beta={share / 'beta'}")], runtime=runtime)
+    finally:
+        runtime.close()
+    assert summary.failed == 0 and summary.added == len(FILES)
+    return settings
+
+
+def _docs(result) -> set[str]:
+    return {hit.doc_id for hit in result.results}
+
+
+CASES = [
+    ({}, ALL),
+    ({"root": "beta"}, {"beta/docs/policy.pdf", "beta/docs/api-old/legacy.md"}),
+    ({"path_prefix": "docs/api"}, {"alpha/docs/api/auth.md", "alpha/docs/api/reference.html"}),
+    ({"path_prefix": "./docs/"}, {d for d in ALL if d.split("/", 1)[1].startswith("docs/")}),
+    ({"root": "alpha", "path_prefix": "docs"},
+     {"alpha/docs/intro.md", "alpha/docs/api/auth.md", "alpha/docs/api/reference.html"}),
+    ({"path_prefix": "guide/docs"}, {"alpha/guide/docs/notes.md"}),
+    ({"types": "pdf,html"}, {"alpha/docs/api/reference.html", "beta/docs/policy.pdf"}),
+    ({"types": ["md"]}, {d for d in ALL if d.endswith(".md")}),
+    ({"modified_since": "2024-06-01"},  # inclusive, midnight UTC
+     {"alpha/docs/api/auth.md", "alpha/docs/api/reference.html", "alpha/top.md",
+      "beta/docs/api-old/legacy.md"}),
+    ({"modified_since": "2024-06-01T12:00:00+02:00"},
+     {"alpha/docs/api/reference.html", "alpha/top.md", "beta/docs/api-old/legacy.md"}),
+    ({"modified_since": date(2024, 7, 1), "types": "markdown"},
+     {"alpha/top.md", "beta/docs/api-old/legacy.md"}),
+    ({"root": "beta", "types": "html"}, set()),
+]
+
+
+@pytest.mark.parametrize(("filters", "expected"), CASES)
+def test_each_filter_returns_exactly_its_documents(kb, filters, expected):
+    result = kbsync.search("documentation key interface", settings=kb, mode="dense", k=100,
+                           **filters)
+    assert _docs(result) == expected
+    assert result.filters == SearchFilters.build(**filters).to_dict()
+    assert result.notes == []
+
+
+def test_hybrid_and_api_apply_the_filters_too(kb):
+    hybrid = kbsync.search("signing key tokens", settings=kb, k=100, root="alpha",
+                           path_prefix="docs/api")
+    assert hybrid.mode == "hybrid" and _docs(hybrid) <= {"alpha/docs/api/auth.md",
+                                                         "alpha/docs/api/reference.html"}
+    assert "alpha/docs/api/auth.md" in _docs(hybrid)
+    with api.KnowledgeBase(kb) as base:
+        found = base.search("anything", k=100, mode="dense", types=["pdf"])
+        assert _docs(found) == {"beta/docs/policy.pdf"}
+        assert found.to_dict()["filters"] == {"root": None, "path_prefix": None,
+                                              "types": ["pdf"], "modified_since": None}
+    assert _docs(api.search("anything", settings=kb, k=100, mode="dense",
+                            modified_since="2024-07-15")) == {"beta/docs/api-old/legacy.md"}
+
+
+def test_namespace_stays_mandatory(kb):
+    assert kbsync.search("documentation", settings=kb, namespace="other", k=100,
+                         root="alpha").results == []
+
+
+@pytest.mark.parametrize("bad", [{"types": "pdf,exe"}, {"types": ""}, {"path_prefix": "../x"},
+                                 {"path_prefix": "/"}, {"modified_since": "yesterday"},
+                                 {"root": "  "}])
+def test_bad_filter_values_are_usage_errors(kb, bad):
+    with pytest.raises(UsageError):
+        kbsync.search("x", settings=kb, **bad)
+
+
+def test_older_chunks_without_the_new_fields_are_named_in_a_note(kb, caplog):
+    from kbsync.store import Filter, Point, open_store
+
+    store = open_store(kb)
+    try:
+        old = next(iter(store.scroll(kb.collection, Filter.where(root="alpha"),
+                                     with_vectors=True)))
+        legacy = {k: v for k, v in old.payload.items()
+                  if k not in ("folders", "modified", "payload_version")}
+        legacy.update(doc_id="alpha/docs/old.md", text="A chunk written by an older kbsync.")
+        store.upsert(kb.collection, [Point("00000000-0000-4000-8000-000000000001", legacy,
+                                           old.vector)])
+        flagged = kbsync.search("x", store=store, settings=kb, path_prefix="docs", k=100)
+        plain = kbsync.search("x", store=store, settings=kb, root="alpha", k=100)
+    finally:
+        store.close()
+    assert "alpha/docs/old.md" not in _docs(flagged)
+    assert len(flagged.notes) == 1 and flagged.notes[0].startswith("1 chunks in this namespace")
+    assert "kbsync ingest" in flagged.notes[0] and "written before" in caplog.text
+    assert plain.notes == [] and "alpha/docs/old.md" in _docs(plain)  # root: an old field
+
+
+def test_a_payload_version_change_rewrites_every_document_once(settings, share, monkeypatch):
+    from kbsync.app import runtime as rt_mod
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+
+    roots = [parse_root(f"alpha={share / 'alpha'}")]
+    monkeypatch.setattr(rt_mod, "PAYLOAD_VERSION", 1)  # as a store written before version 2
+    runtime = rt_mod.Runtime.open(settings)
+    try:
+        first = run_plain(roots, runtime=runtime)
+        monkeypatch.setattr(rt_mod, "PAYLOAD_VERSION", 2)
+        second = run_plain(roots, runtime=runtime)
+        third = run_plain(roots, runtime=runtime)
+    finally:
+        runtime.close()
+    assert first.added == second.updated == third.unchanged == 5
+    assert second.embeddings_computed == 0  # the embedding cache serves the rewrite
+
+
+def test_the_cli_takes_the_filters_and_echoes_them(kb, capsys):
+    from kbsync.app.cli import main
+
+    code = main(["search", "documentation", "--json", "--mode", "dense", "-k", "100",
+                 "--root", "alpha", "--path-prefix", "docs", "--type", "md", "--type", "html",
+                 "--modified-since", "2024-06-01"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert {h["doc_id"] for h in data["results"]} == {"alpha/docs/api/auth.md",
+                                                      "alpha/docs/api/reference.html"}
+    assert data["filters"] == {"root": "alpha", "path_prefix": "docs",
+                               "types": ["markdown", "html"],
+                               "modified_since": "2024-06-01T00:00:00+00:00"}
+    assert {"query", "namespace", "mode", "raw_count", "kept_count", "results", "latency_ms",
+            "expansions", "notes"} <= set(data)
+
+
+@pytest.mark.parametrize("argv", [["--modified-since", "last week"], ["--type", "exe"],
+                                  ["--path-prefix", "a/../b"], ["--root", ""]])
+@pytest.mark.parametrize("command", ["search", "ask", "eval"])
+def test_a_bad_filter_is_a_one_line_usage_error(tmp_path, command, argv):
+    env = cli_env("http://127.0.0.1:9/api", tmp_path / "home", KBSYNC_EMBED_PROVIDER="hash")
+    code, _, err = run_kbsync(env, command, "x", *argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) <= 2 and "Traceback" not in err  # usage + the error
+    assert argv[0] in err
+
+
+def test_help_types_match_the_converters():
+    from kbsync.app.cli_filters import TYPES_HELP
+
+    assert TYPES_HELP == ", ".join(SOURCE_TYPES)
