@@ -145,12 +145,17 @@ def parse_path_prefix(value: str | None) -> str | None:
 def parse_types(value: str | Iterable[str] | None) -> tuple[str, ...]:
     """Source types from ``"pdf,html"`` or a sequence, aliases resolved, order kept, no repeats.
 
+    ``None`` and an empty sequence mean no type filter (the JSON form of no
+    filter is ``[]``); an empty or blank string is refused.
+
     Raises:
-        UsageError: an unknown type, or an empty list.
+        UsageError: an unknown type, or a string naming none.
     """
     if value is None:
         return ()
     items = value.split(",") if isinstance(value, str) else list(value)
+    if not isinstance(value, str) and not items:
+        return ()
     out: list[str] = []
     for item in items:
         if not isinstance(item, str):
