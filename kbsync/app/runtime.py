@@ -138,7 +138,8 @@ class Runtime:
                    states=StateStore(store, settings.state_collection), service=service,
                    chunk_config=chunk_budget(service.input_fit() if service else None,
                                              tokens=settings.chunk_tokens,
-                                             overlap=settings.chunk_overlap))
+                                             overlap=settings.chunk_overlap,
+                                             contextual=settings.contextual_text))
 
     def close(self) -> None:
         """Release the store handle and stop the conversion workers."""

@@ -26,7 +26,9 @@ Invariants (tests/text/test_chunk_properties.py checks them):
   took from the previous chunk) chunked again under a budget cut in proportion
   to its overflow, up to ``_FIT_ROUNDS`` times (what is still too long is cut
   by the model, and counted). Chunks that fit are kept as planned; the first
-  piece of a replaced chunk carries no overlap.
+  piece of a replaced chunk carries no overlap. With ``config.contextual`` the
+  fit counts what is embedded: the chunk with its title and heading path in
+  front (:mod:`kbsync.text.context`).
 
 Token counts of units are computed once and added up. This is safe because
 counting is subadditive: ``count_tokens(a + b) <= count_tokens(a) +
@@ -44,6 +46,7 @@ from typing import NamedTuple, Protocol
 
 from kbsync.errors import UsageError
 from kbsync.models import Chunk, Document
+from kbsync.text.context import contextual_text
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +143,8 @@ class ChunkConfig:
             "words" such as a 1 MB line without spaces, which count as one token.
         fit: The embedding model's input limit, or None; with it, chunks are
             also kept within ``fit.limit`` model tokens (see the module doc).
+        contextual: The fit counts each chunk with its contextual prefix (the
+            text the embedder reads when ``KBSYNC_CONTEXTUAL_TEXT`` is on).
 
     Raises:
         UsageError: When the values break the bounds above.
@@ -149,6 +154,7 @@ class ChunkConfig:
     overlap: int = 60
     max_chars: int = 4000
     fit: InputFit | None = field(default=None, compare=False)
+    contextual: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -169,7 +175,7 @@ _FIT_START = 5 / 8
 
 
 def chunk_budget(fit: InputFit | None, *, tokens: int | None = None,
-                 overlap: int | None = None) -> ChunkConfig:
+                 overlap: int | None = None, contextual: bool = False) -> ChunkConfig:
     """The chunk budget in effect.
 
     An explicit ``tokens`` wins and drops the fit (the embedder cuts overlong
@@ -191,7 +197,7 @@ def chunk_budget(fit: InputFit | None, *, tokens: int | None = None,
     elif overlap >= tokens:
         raise UsageError(f"KBSYNC_CHUNK_OVERLAP={overlap} must be below the chunk budget {tokens} "
                          "(KBSYNC_CHUNK_TOKENS; when unset, fitted to the embedding model)")
-    return ChunkConfig(max_tokens=tokens, overlap=overlap, fit=fit)
+    return ChunkConfig(max_tokens=tokens, overlap=overlap, fit=fit, contextual=contextual)
 
 
 @dataclass
@@ -226,7 +232,8 @@ _Units = list[tuple[int, int, int]]  # (start, end, tokens) of contiguous units
 def chunk_document(doc: Document, config: ChunkConfig = ChunkConfig()) -> ChunkResult:
     """Chunk a converted document; see :func:`chunk_markdown`."""
     return chunk_markdown(
-        doc.markdown, config, doc_id=doc.doc_id, page_offsets=doc.page_offsets
+        doc.markdown, config, doc_id=doc.doc_id, page_offsets=doc.page_offsets,
+        title=doc.title or "",
     )
 
 
@@ -236,6 +243,7 @@ def chunk_markdown(
     *,
     doc_id: str = "",
     page_offsets: Sequence[int] = (),
+    title: str = "",
 ) -> ChunkResult:
     """Split Markdown into heading-aware chunks within the token budget.
 
@@ -250,11 +258,12 @@ def chunk_markdown(
         page_offsets: Strictly increasing character offsets, the i-th being
             where page i + 1 starts; empty leaves page_start/page_end None.
             Text before the first offset counts as page 1.
+        title: The document's title; only read by a contextual fit.
 
     Returns:
         The kept chunks, their spans in ``markdown`` and the counts.
     """
-    pieces = _plan(markdown, config)
+    pieces = _plan(markdown, config, title)
     chunks: list[Chunk] = []
     spans: list[tuple[int, int]] = []
     seen: set[str] = set()
@@ -289,19 +298,28 @@ def chunk_markdown(
     return ChunkResult(chunks, len(pieces), len(chunks), spans, empty, duplicates)
 
 
-def _plan(markdown: str, config: ChunkConfig) -> list[_Piece]:
+def _plan(markdown: str, config: ChunkConfig, title: str = "") -> list[_Piece]:
     """All raw chunks in order, before empty and duplicate ones are dropped."""
     pieces: list[_Piece] = []
     for number, (path, start, end) in enumerate(_sections(markdown)):
-        for cs, ce in _section_spans(markdown, start, end, config):
+        head = _fit_head(config, title, path)
+        for cs, ce in _section_spans(markdown, start, end, config, head=head):
             pieces.append(_Piece(number, path, cs, ce))
     return pieces
 
 
+def _fit_head(cfg: ChunkConfig, title: str, path: str) -> str:
+    """What the embedder reads before a chunk of section ``path`` (counted by the fit)."""
+    if cfg.fit is None or not cfg.contextual:
+        return ""
+    return contextual_text("", title=title, heading_path=path)
+
+
 def _section_spans(md: str, s: int, e: int, cfg: ChunkConfig,
-                   rounds: int = _FIT_ROUNDS) -> list[tuple[int, int]]:
+                   rounds: int = _FIT_ROUNDS, head: str = "") -> list[tuple[int, int]]:
     """Stripped chunk spans of md[s:e]. With a fit, a chunk longer than the model reads is
-    replaced by its own part (without the overlap it took) chunked again, smaller."""
+    replaced by its own part (without the overlap it took) chunked again, smaller.
+    ``head`` (the contextual prefix) is counted in front of every chunk."""
     units: _Units = []
     _split(md, s, e, 0, cfg, units)
     spans = [_strip(md, cs, ce) for cs, ce in _pack(md, units, cfg)]
@@ -309,11 +327,12 @@ def _section_spans(md: str, s: int, e: int, cfg: ChunkConfig,
         return spans
     out: list[tuple[int, int]] = []
     covered = s
-    for (a, b), n in zip(spans, cfg.fit.count([md[a:b] for a, b in spans])):
+    for (a, b), n in zip(spans, cfg.fit.count([head + md[a:b] for a, b in spans])):
         if n <= cfg.fit.limit:
             out.append((a, b))
         else:
-            out.extend(_section_spans(md, max(a, covered), b, _shrunk(cfg, md[a:b], n), rounds - 1))
+            out.extend(_section_spans(md, max(a, covered), b, _shrunk(cfg, md[a:b], n),
+                                      rounds - 1, head))
         covered = max(covered, b)
     return out
 
@@ -325,7 +344,8 @@ def _shrunk(cfg: ChunkConfig, text: str, pieces: int) -> ChunkConfig:
     ratio = _FIT_MARGIN * cfg.fit.limit / pieces
     tokens = max(1, min(cfg.max_tokens - 1, int(count_tokens(text) * ratio)))
     chars = max(1, min(cfg.max_chars - 1, int(len(text) * ratio)))
-    return ChunkConfig(tokens, cfg.overlap * tokens // cfg.max_tokens, chars, cfg.fit)
+    return ChunkConfig(tokens, cfg.overlap * tokens // cfg.max_tokens, chars, cfg.fit,
+                       cfg.contextual)
 
 
 def _sections(md: str) -> list[tuple[str, int, int]]:

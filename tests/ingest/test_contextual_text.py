@@ -117,3 +117,28 @@ def test_a_heal_indexes_the_same_contextual_text_as_a_fresh_write(tmp_path, sett
             ("share/guide.md", i) for i in range(len(fresh)))
     finally:
         rt.close()
+
+
+class WordFit:
+    """A model that reads ``limit`` whitespace-separated words (a real, tiny InputFit)."""
+
+    name, limit = "words/40", 40
+
+    def count(self, texts):
+        return [len(t.split()) for t in texts]
+
+
+def test_a_contextual_fit_keeps_the_prefixed_chunk_within_the_models_limit():
+    from kbsync.models import Document
+    from kbsync.text.chunk import chunk_budget, chunk_document
+
+    title = "A rather long document title that says what all of this is about"
+    body = " ".join(f"word{i}." for i in range(300))
+    doc = Document(doc_id="d", path="d.md", markdown=f"# {title}\n\n## Section two\n\n{body}\n",
+                   title=title, source_type="markdown", converter="markdown")
+    fit = WordFit()
+    for contextual in (False, True):
+        chunks = chunk_document(doc, chunk_budget(fit, contextual=contextual)).chunks
+        read = fit.count([contextual_text(c.text, title=title, heading_path=c.heading_path)
+                          for c in chunks])
+        assert (max(read) <= fit.limit) is contextual, (contextual, read)
