@@ -1,15 +1,19 @@
-"""Process and API plumbing for the deploy-and-run tests (test_deploy_e2e.py)."""
+"""Process and API plumbing for the deploy-and-run tests (test_deploy_e2e.py, test_ui_browser.py)."""
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import psutil
@@ -17,6 +21,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PREFECT = str(BIN / "prefect")
+POOL = "kbsync"  # prefect.yaml's work pool
 
 
 @dataclass
@@ -60,6 +65,22 @@ class Stack:
 
     def artifacts(self, run_ids: list[str]) -> list[dict]:
         return self.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": run_ids}}})
+
+
+def make_share(path: Path, files: dict[str, bytes | str]) -> Path:
+    """A folder holding ``files`` (name -> text or bytes), made fresh."""
+    path.mkdir(parents=True)
+    for name, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
+        (path / name).write_bytes(data)
+    return path
+
+
+def run_id_of(output: str) -> str:
+    """The flow-run id that `prefect deployment run` printed."""
+    match = re.search(r"UUID: ([0-9a-f-]{36})", output)
+    assert match, output
+    return match.group(1)
 
 
 def free_port() -> int:
@@ -116,3 +137,62 @@ def tail(path: Path, lines: int = 40) -> str:
 def cli(stack: Stack, *args: str, timeout: float = 120, env: dict | None = None):
     return subprocess.run([PREFECT, *args], env=env or stack.env, cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@contextmanager
+def deployed_stack(tmp: Path, deploy_args: list[str], *, ui: bool = False) -> Iterator[Stack]:
+    """Server + work pool + ``prefect deploy DEPLOY_ARGS`` from prefect.yaml + a process worker.
+
+    The worker serves the ``default`` queue only. With ``ui`` the server also serves the
+    Prefect UI at the API's origin (``Stack.api`` without ``/api``). Every process is
+    stopped on exit, its descendants included, by pid; everything listens on 127.0.0.1.
+    """
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBSYNC_"))}
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(tmp / "prefect"),
+               PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_SERVER_UI_ENABLED=str(ui).lower(), PREFECT_CLI_PROMPT="false",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    server_env = {**env, **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false"
+                            for name in ("LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS")}}
+    worker_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
+                  "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    procs: list[subprocess.Popen] = []
+    http = httpx.Client(base_url=api, timeout=30)
+    try:
+        server_log = tmp / "server.log"
+        procs.append(start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                            "--no-scheduler", "--analytics-off", *([] if ui else ["--no-ui"])],
+                           server_env, server_log))
+
+        def healthy() -> bool:
+            assert procs[0].poll() is None, f"server exited:\n{tail(server_log)}"
+            try:
+                return http.get("/health").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, 150, "the Prefect server")
+        stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
+        made = cli(stack, "work-pool", "create", POOL, "--type", "process")
+        assert made.returncode == 0, made.stdout + made.stderr
+        # The worker starts while `prefect deploy` runs. It serves the `default` queue only, so
+        # evaluate runs (queue `evaluate`) wait to be inspected instead of being executed here.
+        worker_log = tmp / "worker.log"
+        procs.append(start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
+                            "--work-queue", "default"], worker_env, worker_log))
+        deployed = cli(stack, "deploy", *deploy_args, timeout=240)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+
+        def worker_online() -> bool:
+            assert procs[1].poll() is None, f"worker exited:\n{tail(worker_log)}"
+            workers = stack.post(f"/work_pools/{POOL}/workers/filter")
+            return any(w["status"] == "ONLINE" for w in workers)
+
+        wait_for(worker_online, 60, "the worker")
+        yield stack
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+        http.close()

@@ -16,93 +16,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
-from opskit import BIN, PREFECT, ROOT, Stack, cli, free_port, start, stop, tail, wait_for
+from opskit import POOL, ROOT, cli, deployed_stack, start, stop, tail, wait_for
+from opskit import make_share as _share
+from opskit import run_id_of as _run_id
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
-POOL = "kbsync"  # prefect.yaml's work pool
 HAS_EVALUATE = (ROOT / "flows" / "evaluate.py").exists()
 INGEST_DEPLOYMENTS = ["nightly-sync", "backfill", "ci-reindex"]
 
 pytestmark = pytest.mark.slow
 
 
-def _run_id(output: str) -> str:
-    match = re.search(r"UUID: ([0-9a-f-]{36})", output)
-    assert match, output
-    return match.group(1)
-
-
 def _metrics(markdown: str) -> dict[str, str]:
     return dict(re.findall(r"^\| (\w+) \| ([^|]+?) \|$", markdown, re.M))
-
-
-def _share(path: Path, files: dict[str, bytes | str]) -> Path:
-    path.mkdir(parents=True)
-    for name, content in files.items():
-        data = content.encode() if isinstance(content, str) else content
-        (path / name).write_bytes(data)
-    return path
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """Server + work pool + deployments from prefect.yaml + a process worker."""
-    tmp = tmp_path_factory.mktemp("ops")
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBSYNC_"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(tmp / "prefect"),
-               PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_SERVER_UI_ENABLED="false", PREFECT_CLI_PROMPT="false",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    server_env = {**env, **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false"
-                            for name in ("LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS")}}
-    worker_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
-                  "PREFECT_WORKER_QUERY_SECONDS": "1"}
-    procs: list[subprocess.Popen] = []
-    http = httpx.Client(base_url=api, timeout=30)
-    try:
-        server_log = tmp / "server.log"
-        procs.append(start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                             "--no-scheduler", "--no-ui", "--analytics-off"], server_env,
-                            server_log))
-
-        def healthy() -> bool:
-            assert procs[0].poll() is None, f"server exited:\n{tail(server_log)}"
-            try:
-                return http.get("/health").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(healthy, 150, "the Prefect server")
-        stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
-        made = cli(stack, "work-pool", "create", POOL, "--type", "process")
-        assert made.returncode == 0, made.stdout + made.stderr
-        # The worker starts while `prefect deploy` runs. It serves the `default` queue only, so
-        # evaluate runs (queue `evaluate`) wait to be inspected instead of being executed here.
-        worker_log = tmp / "worker.log"
-        procs.append(start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
-                             "--work-queue", "default"], worker_env, worker_log))
-        # The documented command when every entrypoint exists; per name while evaluate is missing.
-        names = ["--all"] if HAS_EVALUATE else [a for n in INGEST_DEPLOYMENTS for a in ("-n", n)]
-        deployed = cli(stack, "deploy", *names, timeout=240)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
-
-        def worker_online() -> bool:
-            assert procs[1].poll() is None, f"worker exited:\n{tail(worker_log)}"
-            workers = stack.post(f"/work_pools/{POOL}/workers/filter")
-            return any(w["status"] == "ONLINE" for w in workers)
-
-        wait_for(worker_online, 60, "the worker")
+    # The documented command when every entrypoint exists; per name while evaluate is missing.
+    names = ["--all"] if HAS_EVALUATE else [a for n in INGEST_DEPLOYMENTS for a in ("-n", n)]
+    with deployed_stack(tmp_path_factory.mktemp("ops"), names) as stack:
         yield stack
-    finally:
-        for proc in reversed(procs):
-            stop(proc)
-        http.close()
 
 
 def test_deploy_registers_prefect_yaml(stack):

@@ -1,0 +1,108 @@
+"""The operator's view: a real headless Chromium renders the Prefect UI of a real server.
+
+One ``prefect server start`` with its UI, the ``ci-reindex`` deployment from prefect.yaml,
+a process worker (tests/ops/opskit.py), one run with a corrupt PDF, then a clean run of the
+same namespace. Chromium (Debian's ``chromium``; skipped, saying so, where it is absent)
+loads the UI's own routes (``/runs/flow-run/ID``, ``/artifacts/artifact/ID``, from the
+Prefect 3.9 UI router) and the test reads the DOM the single-page app rendered, as a
+person would see it. Screenshots go to the test's tmp dir, and to ``$KBSYNC_TEST_UI_SHOTS``
+when that is set.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kbsync.ingest.report import artifact_key
+from opskit import Stack, cli, deployed_stack, make_share, run_id_of
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NAMESPACE = "ui"
+# What Chromium may wait for the SPA's API calls, in virtual time: it only advances when the
+# page is idle, so a slow machine makes the run longer, not the page emptier.
+BUDGET_MS = "15000"
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)")]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with deployed_stack(tmp_path_factory.mktemp("ui"), ["-n", "ci-reindex"], ui=True) as stack:
+        yield stack
+
+
+def _reindex(stack: Stack, share: Path) -> tuple[int, str]:
+    done = cli(stack, "deployment", "run", "ingest/ci-reindex", "--param",
+               f"roots={json.dumps([str(share)])}", "--param", f"namespace={NAMESPACE}",
+               "--watch", "--watch-timeout", "180", timeout=240)
+    return done.returncode, run_id_of(done.stdout)
+
+
+def _text(dom: str) -> str:
+    """The visible text of a dumped DOM, whitespace collapsed."""
+    dom = re.sub(r"<(script|style)\b[^>]*>.*?</\1>", " ", dom, flags=re.DOTALL)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
+
+
+def _render(url: str, shot: Path, *needles: str) -> str:
+    """Load ``url`` in headless Chromium; screenshot it to ``shot``; return the page's text.
+
+    Tries three times until every needle shows: under load the SPA may still be fetching
+    when the virtual-time budget ends.
+    """
+    args = [CHROMIUM, "--headless=new", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+            f"--user-data-dir={shot.parent / 'chromium-profile'}", "--window-size=1400,1000",
+            f"--virtual-time-budget={BUDGET_MS}", f"--screenshot={shot}", "--dump-dom", url]
+    if os.geteuid() == 0:  # Chromium refuses to run its sandbox as root
+        args.insert(1, "--no-sandbox")
+    for _ in range(3):
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = _text(done.stdout)
+        if all(needle in text for needle in needles):
+            break
+    if os.environ.get("KBSYNC_TEST_UI_SHOTS"):
+        keep = Path(os.environ["KBSYNC_TEST_UI_SHOTS"])
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, keep / shot.name)
+    return text
+
+
+def test_failed_and_clean_runs_as_the_operator_sees_them(stack, tmp_path):
+    share = make_share(stack.tmp / "share", {"good.md": "# Good\n\nFine text.\n",
+                                             "broken.pdf": b"%PDF-1.7\n" + os.urandom(600)})
+    failed_code, failed_id = _reindex(stack, share)
+    (share / "broken.pdf").unlink()
+    clean_code, clean_id = _reindex(stack, share)
+    assert (failed_code, clean_code) == (1, 0)
+    key = artifact_key("kbsync-ingest-failures", NAMESPACE)
+    failures = {run: {a["key"]: a for a in stack.artifacts([run])}[key]["id"]
+                for run in (failed_id, clean_id)}
+    ui = stack.api.removesuffix("/api")
+
+    # The run's page: the Failed badge, and the state message (Details tab) gives the count.
+    page = _render(f"{ui}/runs/flow-run/{failed_id}?tab=Details", tmp_path / "failed-run.png",
+                   "State Message", "files failed")
+    assert "Failed" in page and "State Message 1 of 2 files failed" in page, page
+
+    # The failures table of that run names the corrupt file and why.
+    page = _render(f"{ui}/artifacts/artifact/{failures[failed_id]}",
+                   tmp_path / "failed-run-failures.png", "CorruptDocument")
+    assert key in page and "1 Item" in page, page
+    assert "share/broken.pdf" in page and "CorruptDocument" in page, page
+
+    # The clean run wrote the same key again, with an empty table.
+    page = _render(f"{ui}/artifacts/artifact/{failures[clean_id]}",
+                   tmp_path / "clean-run-failures.png", "0 Items")
+    assert key in page and "0 Items" in page and "No results" in page, page
+    assert "broken.pdf" not in page and "CorruptDocument" not in page, page
