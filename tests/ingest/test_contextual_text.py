@@ -19,7 +19,6 @@ from kbsync.embed.hash import HashEmbedder
 from kbsync.ingest.runner import run_plain
 from kbsync.ingest.write import heal_document
 from kbsync.models import RootSpec
-from kbsync.store.base import Filter
 from kbsync.text.context import MAX_PREFIX_CHARS, context_prefix, contextual_text
 from kbsync.text.sparse import encode_query
 from kbsync.ingest.discover import discover, parse_root
