@@ -42,3 +42,33 @@ def forward_core_logs() -> None:
     for handler in logging.getLogger("prefect.extra").handlers:
         if handler not in core.handlers:
             core.addHandler(handler)
+
+
+ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.engine")
+"""Where Prefect's engine reports the exception a finished run's final state resolves to."""
+
+
+class ExpectedRunEnd(logging.Filter):
+    """Drops Prefect's "Engine execution exited with unexpected exception" for a run that
+    ended Failed by design (:class:`kbsync.errors.RunEndedFailed`: files failed, the
+    retrieval gate tripped).
+
+    A worker's flow-run process asks the engine for the run's *result*, and the result
+    of a Failed state is its exception, raised; the engine then logs it at ERROR with a
+    traceback, in the run's logs, right after "Finished in state Failed('1 of 2 files
+    failed')". That red line reads as a crash of kbsync. Any other exception passes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from kbsync.errors import RunEndedFailed
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, RunEndedFailed)
+
+
+def quiet_expected_run_ends() -> None:
+    """Install :class:`ExpectedRunEnd` on Prefect's engine loggers (once)."""
+    for name in ENGINE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ExpectedRunEnd) for f in logger.filters):
+            logger.addFilter(ExpectedRunEnd())

@@ -69,3 +69,28 @@ def test_a_direct_call_raises_the_typed_error_with_the_summary(prefect_api, sett
     assert raised.value.result["failures"][0]["error"] == "CorruptDocument"
     log = "\n".join(prefect_log.lines)
     assert not any(line in log for line in CRASH_LINES), log
+
+
+def test_a_worker_run_that_fails_logs_no_engine_crash(prefect_api, settings, tmp_path,
+                                                      prefect_log):
+    """A worker's flow-run process runs the flow through ``run_flow(..., error_logger=the
+    run's logger)`` and asks for its result; a Failed run's result is raised, and the engine
+    logged it as "Engine execution exited with unexpected exception" (seen in the UI)."""
+    from prefect.flow_engine import run_flow
+
+    with pytest.raises(FilesFailed):
+        run_flow(ingest, parameters={"roots": [str(_share(tmp_path))], "namespace": "worker"},
+                 error_logger=logging.getLogger("prefect.flow_runs"))
+    log = "\n".join(prefect_log.lines)
+    assert "Finished in state Failed('1 of 2 files failed')" in log
+    assert not any(line in log for line in CRASH_LINES), log
+
+
+def test_other_engine_errors_still_reach_the_log(prefect_log) -> None:
+    import tasks  # noqa: F401 - installs the filter
+
+    try:
+        raise RuntimeError("a real crash")
+    except RuntimeError:
+        logging.getLogger("prefect.flow_runs").error(CRASH_LINES[0], exc_info=True)
+    assert any("a real crash" in line for line in prefect_log.lines)
