@@ -51,8 +51,12 @@ def short_message(failure: dict, limit: int = 160) -> str:
     """A failure's message without the file's path (its doc_id says which file), cut to
     ``limit`` characters."""
     message = str(failure.get("message", ""))
-    for path in {failure.get("path"), failure.get("doc_id")} - {None, ""}:
-        message = message.replace(f"{path}: ", "").replace(str(path), "<file>")
+    # The longer first: the doc_id is often the path's tail, and cutting it first would
+    # leave the path's head behind ("/tmp/share/: not a readable PDF").
+    names = sorted({str(failure.get("path") or ""), str(failure.get("doc_id") or "")} - {""},
+                   key=len, reverse=True)
+    for path in names:
+        message = message.replace(f"{path}: ", "").replace(path, "<file>")
     message = " ".join(message.split())
     return message if len(message) <= limit else message[:limit - 1] + "…"
 
