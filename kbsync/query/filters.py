@@ -23,6 +23,9 @@ rewrites them.
 from __future__ import annotations
 
 import math
+import threading
+import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -106,6 +109,14 @@ class SearchFilters:
 
 
 NO_FILTERS = SearchFilters()
+
+CLEAN_TTL_S = 300.0
+"""How long a "no old chunks here" answer of :func:`stale_note` is reused."""
+
+# (id(store), collection, namespace filter) -> (when checked, the store): the weak reference
+# tells a reused id (a closed store's) from the store that was checked.
+_clean: dict[tuple[int, str, str], tuple[float, weakref.ref]] = {}
+_clean_lock = threading.Lock()
 
 
 def parse_root(value: str | None) -> str | None:
@@ -198,18 +209,37 @@ def stale_note(store: VectorStore, collection: str, flt: Filter,
                filters: SearchFilters) -> str | None:
     """A note when the namespace holds chunks that the folder/date filters cannot see.
 
-    ``flt`` is the namespace filter. Counted per search (an indexed count,
-    see ``tests/bench/search_bench.py``) so the note goes away by itself once
-    the next ingest has rewritten the old chunks.
+    ``flt`` is the namespace filter. Only a clean answer (no old chunk) is
+    reused, for :data:`CLEAN_TTL_S` per store object, collection and namespace:
+    the exact count costs ~1-2 ms per search at 10k chunks a namespace (see
+    ``tests/bench/search_bench.py``), and while old chunks are there every
+    filtered search says so, until the next ingest has rewritten them.
     """
     if not filters.uses_new_fields:
         return None
     from kbsync.ingest.write import PAYLOAD_VERSION  # late: the CLI parser imports this module
 
-    old = store.count(collection, Filter(flt.must, flt.must_not
-                                         + (Match("payload_version", PAYLOAD_VERSION),)))
+    key = (id(store), collection, repr(flt))
+    now = time.monotonic()
+    with _clean_lock:
+        checked, ref = _clean.get(key, (-math.inf, None))
+        if ref is not None and ref() is store and now - checked < CLEAN_TTL_S:
+            return None
+    old = count_old(store, collection, flt, PAYLOAD_VERSION)
     if not old:
+        try:
+            ref = weakref.ref(store)
+        except TypeError:  # a store type without weak references: no reuse
+            return None
+        with _clean_lock:
+            _clean[key] = (now, ref)
         return None
     return (f"{old} chunks in this namespace were written before the path-prefix and "
             "modified-since filters existed and are left out by them: run `kbsync ingest` "
             "on their roots again (it rewrites them once; embeddings come from the cache)")
+
+
+def count_old(store: VectorStore, collection: str, flt: Filter, version: int) -> int:
+    """Chunks matching ``flt`` whose payload version is not ``version`` (or missing)."""
+    return store.count(collection, Filter(flt.must, flt.must_not
+                                          + (Match("payload_version", version),)))

@@ -11,7 +11,17 @@ Then, with the namespace filter of :func:`kbsync.query.search.namespace_filter`
 
 - ``engine``: the store call alone (``search`` / ``hybrid_search``);
 - ``search()``: :func:`kbsync.query.search.search` end to end (query embedding with
-  the hash embedder, sparse encoding, merge, de-duplication, hits).
+  the hash embedder, sparse encoding, merge, de-duplication, hits);
+- ``old-chunk check (count)``: the exact count behind search's note about chunks
+  older than the filter fields (:func:`kbsync.query.filters.stale_note`).
+
+Each is measured unfiltered (namespace only) and with each query-time filter
+(:mod:`kbsync.query.filters`) on top: ``root`` (1 of 2 roots: half the
+namespace), ``path_prefix`` (a folder with ~1/8 of it), ``type`` (pdf: 1/5),
+``since`` (the newest ~30%) and ``all`` four at once (~0.5%); the payload has
+the fields and indexes of a real chunk collection (``build_points``,
+``Runtime.ensure_collection``). ``x`` is the filtered p50 over the unfiltered
+p50 of the same measure (target: at most 2).
 
 Both are measured on the freshly loaded store and again after ``optimize()``
 (HNSW build), which a bulk load may run. Latencies are p50/p95 over
@@ -42,6 +52,18 @@ BATCH = 256
 VOCAB = 5000
 WORDS_PER_CHUNK = 120
 COLLECTION = "bench"
+EPOCH = 1_700_000_000
+FOLDERS = ("docs", "docs/api", "guide", "guide/howto", "notes", "reports", "specs", "misc")
+TYPES = ("pdf", "html", "markdown", "docx", "text")
+FILTERS = {  # name -> search() keyword arguments (see module docstring for selectivity)
+    "none": {},
+    "root": {"root": "root-1"},
+    "path_prefix": {"path_prefix": "docs/api"},
+    "type": {"types": "pdf"},
+    "since": {"modified_since": "2024-01-23T22:13:20+00:00"},
+    "all": {"root": "root-1", "path_prefix": "docs/api", "types": "pdf",
+            "modified_since": "2024-01-23T22:13:20+00:00"},
+}
 
 
 class FixedDimService:
@@ -52,6 +74,8 @@ class FixedDimService:
 
         self._embedder = HashEmbedder(DIM)
         self.dimension = DIM
+        self.provider = self._embedder.provider
+        self.model = self._embedder.model
 
     def embed_query(self, text: str) -> list[float]:
         return self._embedder.embed_one(text)
@@ -88,10 +112,11 @@ def load(store, size: int, rnd: random.Random, words, weights) -> float:
         for offset, i in enumerate(range(start, stop)):
             text = _text(i, rnd, words, weights)
             ns = f"ns-{i % NAMESPACES}"
-            payload = {"namespace": ns, "doc_id": f"{ns}/doc-{i // 20}.md", "chunk_index": i % 20,
+            doc = i // 20
+            payload = {"namespace": ns, "doc_id": f"{ns}/doc-{doc}.md", "chunk_index": i % 20,
                        "text": text, "heading_path": "Chapter > Section", "page_start": None,
-                       "page_end": None, "path": f"/data/{ns}/doc-{i // 20}.md",
-                       "embedding_failed": False}
+                       "page_end": None, "path": f"/data/{ns}/doc-{doc}.md",
+                       "embedding_failed": False, **_filter_fields(doc)}
             points.append(Point(str(uuid.UUID(int=i + 1)), payload, vectors[offset].tolist(),
                                 encode_document(text)))
         t0 = time.perf_counter()
@@ -100,49 +125,98 @@ def load(store, size: int, rnd: random.Random, words, weights) -> float:
     return size / spent
 
 
+def _filter_fields(doc: int) -> dict:
+    """The filter payload of a chunk of document ``doc`` (as ``build_points`` writes it)."""
+    from kbsync.ingest.write import PAYLOAD_VERSION, folders_of
+
+    rel = f"{FOLDERS[(doc // 7) % len(FOLDERS)]}/doc-{doc}.md"
+    # modified spreads over 100 days in 1,000 steps, documents shuffled over them: "since"
+    # keeps ~30% of the documents at every size.
+    return {"root": f"root-{(doc // 3) % 2}", "rel_path": rel, "folders": folders_of(rel),
+            "source_type": TYPES[doc % len(TYPES)],
+            "modified": EPOCH + (doc * 7919) % 1000 * 8640, "payload_version": PAYLOAD_VERSION}
+
+
 def _pct(times: list[float]) -> tuple[float, float]:
     times = sorted(times)
     return statistics.median(times), times[max(0, int(len(times) * 0.95) - 1)]
 
 
 def measure(store, service, queries: list[str], k: int) -> dict[str, tuple[float, float]]:
-    """p50/p95 ms per (level, mode) over the queries."""
+    """p50/p95 ms per (level, mode, filter) over the queries."""
+    from kbsync.query.filters import SearchFilters
     from kbsync.query.search import CANDIDATE_FACTOR, namespace_filter, search
     from kbsync.text.sparse import encode_query
 
-    rnd = random.Random(7)
     out: dict[str, tuple[float, float]] = {}
     vectors = [service.embed_query(q) for q in queries]
     for mode in ("dense", "hybrid"):
-        engine, full = [], []
-        for n, (query, vector) in enumerate(zip(queries, vectors)):
-            namespace = f"ns-{rnd.randrange(NAMESPACES)}"
-            flt = namespace_filter(namespace)
-            sparse = encode_query(query)
-            t0 = time.perf_counter()
-            if mode == "dense":
-                hits = store.search(COLLECTION, vector, limit=k * CANDIDATE_FACTOR, flt=flt)
-            else:
-                hits = store.hybrid_search(COLLECTION, vector, sparse, limit=k * CANDIDATE_FACTOR,
-                                           flt=flt, candidate_limit=k * CANDIDATE_FACTOR)
-            t1 = time.perf_counter()
-            result = search(query, store=store, service=service, collection=COLLECTION,
-                            namespace=namespace, k=k, mode=mode)
-            t2 = time.perf_counter()
-            assert len(hits) == k * CANDIDATE_FACTOR and len(result.results) == k
-            assert all(h.payload["namespace"] == namespace for h in hits)
-            if n >= 10:  # warm-up
-                engine.append((t1 - t0) * 1000)
-                full.append((t2 - t1) * 1000)
-        out[f"engine {mode}"] = _pct(engine)
-        out[f"search() {mode}"] = _pct(full)
+        for name, options in FILTERS.items():
+            rnd = random.Random(7)  # the same namespaces for every filter
+            filters = SearchFilters.build(**options)
+            engine, full = [], []
+            for n, (query, vector) in enumerate(zip(queries, vectors)):
+                namespace = f"ns-{rnd.randrange(NAMESPACES)}"
+                flt = filters.apply(namespace_filter(namespace))
+                sparse = encode_query(query)
+                t0 = time.perf_counter()
+                if mode == "dense":
+                    hits = store.search(COLLECTION, vector, limit=k * CANDIDATE_FACTOR, flt=flt)
+                else:
+                    hits = store.hybrid_search(COLLECTION, vector, sparse,
+                                               limit=k * CANDIDATE_FACTOR, flt=flt,
+                                               candidate_limit=k * CANDIDATE_FACTOR)
+                t1 = time.perf_counter()
+                result = search(query, store=store, service=service, collection=COLLECTION,
+                                namespace=namespace, k=k, mode=mode, **options)
+                t2 = time.perf_counter()
+                assert not result.notes, (name, result.notes)
+                if name != "all":  # all four at once may leave fewer than k in small stores
+                    assert len(result.results) == k, (name, len(result.results))
+                if mode == "dense" and name != "all":
+                    assert len(hits) == k * CANDIDATE_FACTOR
+                assert all(h.payload["namespace"] == namespace for h in hits)
+                _check_filtered(hits, filters)
+                if n >= 10:  # warm-up
+                    engine.append((t1 - t0) * 1000)
+                    full.append((t2 - t1) * 1000)
+            out[f"engine {mode} {name}"] = _pct(engine)
+            out[f"search() {mode} {name}"] = _pct(full)
+    out["old-chunk check (count) none"] = _count_cost(store, len(queries))
     return out
+
+
+def _count_cost(store, n: int) -> tuple[float, float]:
+    """p50/p95 ms of the exact count behind the old-chunk note (search() reuses a clean
+    answer for ``CLEAN_TTL_S``, so the filtered search() rows pay it once per namespace)."""
+    from kbsync.ingest.write import PAYLOAD_VERSION
+    from kbsync.query.filters import count_old
+    from kbsync.query.search import namespace_filter
+
+    times = []
+    for i in range(n):
+        flt = namespace_filter(f"ns-{i % NAMESPACES}")
+        t0 = time.perf_counter()
+        assert count_old(store, COLLECTION, flt, PAYLOAD_VERSION) == 0
+        times.append((time.perf_counter() - t0) * 1000)
+    return _pct(times[10:])
+
+
+def _check_filtered(hits, filters) -> None:
+    """Every hit satisfies every filter (the bench measures correct answers only)."""
+    since = filters.modified_since.timestamp() if filters.modified_since else None
+    for hit in hits:
+        p = hit.payload
+        assert not filters.root or p["root"] == filters.root
+        assert not filters.path_prefix or filters.path_prefix in p["folders"]
+        assert not filters.types or p["source_type"] in filters.types
+        assert since is None or p["modified"] >= since
 
 
 def run(size: int, n_queries: int, k: int) -> dict:
     """Load one store of ``size`` points and measure it before and after optimize()."""
     from kbsync.store.edge import EdgeStore
-    from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES
+    from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
 
     rnd = random.Random(42)
     words, weights = _vocabulary(rnd)
@@ -154,7 +228,8 @@ def run(size: int, n_queries: int, k: int) -> dict:
         with EdgeStore(workdir) as store:
             # The same collection layout as Runtime.ensure_collection.
             store.ensure_collection(COLLECTION, dimension=DIM, keyword_indexes=CHUNK_INDEXES,
-                                    sparse=True, bool_indexes=CHUNK_BOOL_INDEXES)
+                                    sparse=True, bool_indexes=CHUNK_BOOL_INDEXES,
+                                    integer_indexes=CHUNK_INTEGER_INDEXES)
             t0 = time.perf_counter()
             row["upsert_pts_s"] = load(store, size, rnd, words, weights)
             row["load_s"] = time.perf_counter() - t0
@@ -170,14 +245,18 @@ def run(size: int, n_queries: int, k: int) -> dict:
 
 
 def print_rows(rows: list[dict], k: int) -> None:
-    """A Markdown table: one line per size, state and measure."""
-    print(f"k={k} ({k * 4} candidates per search), namespace filter (1 of {NAMESPACES})\n")
-    print("| chunks | state | measure | p50 ms | p95 ms |")
-    print("|---:|---|---|---:|---:|")
+    """A Markdown table: one line per size, state, measure and filter, with the ratio."""
+    print(f"k={k} ({k * 4} candidates per search), namespace filter (1 of {NAMESPACES}) "
+          "plus each query-time filter\n")
+    print("| chunks | state | measure | filter | p50 ms | p95 ms | x unfiltered p50 |")
+    print("|---:|---|---|---|---:|---:|---:|")
     for row in rows:
         for state in ("fresh", "optimized"):
-            for name, (p50, p95) in row[state].items():
-                print(f"| {row['size']:,} | {state} | {name} | {p50:.2f} | {p95:.2f} |")
+            for key, (p50, p95) in row[state].items():
+                level, mode, name = key.rsplit(" ", 2)
+                base = row[state][f"{level} {mode} none"][0]
+                print(f"| {row['size']:,} | {state} | {level} {mode} | {name} | {p50:.2f} | "
+                      f"{p95:.2f} | {p50 / base:.2f} |")
     print()
     for row in rows:
         print(f"{row['size']:,} chunks: load {row['load_s']:.0f}s (upsert "

@@ -157,3 +157,19 @@ def test_help_types_match_the_converters():
     from kbsync.app.cli_filters import TYPES_HELP
 
     assert TYPES_HELP == ", ".join(SOURCE_TYPES)
+
+
+class _Quoting:
+    """A chat model (the ``ChatModel`` protocol) that answers by citing passage 1."""
+
+    def complete(self, system: str, user: str, *, max_tokens: int, temperature: float) -> str:
+        return "From the context [1]."
+
+
+def test_ask_searches_with_the_filters_and_echoes_them(kb):
+    with api.KnowledgeBase(kb) as base:
+        answer = base.ask("What does the policy say?", llm=_Quoting(), min_score=-1.0, k=20,
+                          types="pdf")
+    assert answer.answered and {h.doc_id for h in answer.results} == {"beta/docs/policy.pdf"}
+    assert answer.citations[0].doc_id == "beta/docs/policy.pdf"
+    assert answer.to_dict()["filters"]["types"] == ["pdf"]
