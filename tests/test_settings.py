@@ -45,7 +45,7 @@ DEFAULTS = {
     "task_runner": "threads", "task_workers": 3, "dask_address": None, "lock_timeout_s": 0.0,
     "convert_isolation": True, "convert_workers": 2, "convert_timeout_s": 120.0,
     "convert_memory_mb": 2048, "max_file_mb": 100.0, "min_free_mb": 64.0,
-    "orchestrator_timeout_s": 60.0,
+    "orchestrator_timeout_s": 60.0, "contextual_text": True,
 }
 """The documented defaults (README's settings table): changing one is a visible decision."""
 
