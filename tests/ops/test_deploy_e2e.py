@@ -177,7 +177,7 @@ def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes
     def some_documents_written() -> bool:
         children = [c["id"] for c in stack.children(run_id)]
         return bool(children) and bool(stack.post("/task_runs/filter", {"task_runs": {
-            "flow_run_id": {"any_": children}, "name": {"like_": "upsert"},
+            "flow_run_id": {"any_": children}, "name": {"like_": "batch "},
             "state": {"type": {"any_": ["COMPLETED"]}}}}))
 
     wait_for(some_documents_written, 120, "the first written batch")

@@ -98,7 +98,7 @@ def test_worker_stops_on_first_sigterm_and_cancels_its_run(stack):
         def writing() -> bool:
             children = [c["id"] for c in stack.children(run_id)]
             return bool(children) and bool(stack.post("/task_runs/filter", {"task_runs": {
-                "flow_run_id": {"any_": children}, "name": {"like_": "upsert"},
+                "flow_run_id": {"any_": children}, "name": {"like_": "batch "},
                 "state": {"type": {"any_": ["COMPLETED"]}}}}))
 
         wait_for(writing, 120, "the backfill to write its first batch")
