@@ -147,9 +147,14 @@ def test_sigkilled_run_and_its_subflow_become_crashed(server, tmp_path):
         took = time.monotonic() - killed
         # The healthy runs' windows have passed too: no automation event names them.
         time.sleep(max(0.0, completed + WITHIN_S + 10 - time.monotonic()))
-        fired = str(_automation_events(server))
+        # The state is changed before the action's events are persisted (the event
+        # persister flushes in batches), so wait for them rather than read them once.
+        def fired_for_parent() -> str | None:
+            fired = str(_automation_events(server))
+            return fired if parent in fired else None
+
+        fired = wait_for(fired_for_parent, 30, "the automation's events to be stored")
         assert not any(r in fired for r in healthy)
-        assert parent in fired
         assert {server.state(r) for r in healthy} == {"Completed"}
     finally:
         stop(proc, signal.SIGKILL, timeout=5)
