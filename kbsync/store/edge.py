@@ -402,6 +402,24 @@ class EdgeStore:
             with handle.lock, _errors("flush", cname):
                 handle.shard.flush()
 
+    # --- collections (kbsync rebuild) --------------------------------------------
+    def collection_names(self) -> list[str]:
+        """Every collection in the store folder (a folder holding a shard config)."""
+        return sorted(p.name for p in self.path.iterdir() if (p / _CONFIG_FILE).is_file())
+
+    def drop_collection(self, name: str) -> None:
+        """Close and delete collection ``name`` (missing: nothing happens)."""
+        import shutil
+
+        folder = self._folder(name)
+        with self._lock:
+            handle = self._shards.pop(name, None)
+        if handle is not None:
+            with handle.lock, _errors("close", name):
+                handle.shard.close()
+        if folder.exists():
+            shutil.rmtree(folder)
+
     def serve_readers(self, socket_path: Path) -> bool:
         """Serve read-only calls of other processes on ``socket_path`` until :meth:`close`.
 

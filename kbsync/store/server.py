@@ -361,6 +361,24 @@ class ServerStore:
         )
         return sq.scored(result)
 
+    # --- collections and aliases (kbsync rebuild, kbsync.store.active) ------------
+    @property
+    def client(self) -> QdrantClient:
+        """The qdrant-client handle (aliases are read and swapped through it)."""
+        return self._client
+
+    def collection_names(self) -> list[str]:
+        """Every collection's name (aliases not included)."""
+        with self._guard, sq.errors("list collections", "*"):
+            return sorted(c.name for c in self._client.get_collections().collections)
+
+    def drop_collection(self, name: str) -> None:
+        """Delete collection ``name`` and its points (missing: nothing happens)."""
+        with self._guard, sq.errors("delete collection", name):
+            self._client.delete_collection(name)
+        self._dims.pop(name, None)
+        self._sparse.pop(name, None)
+
     def close(self) -> None:
         """Close the client (local mode: persist and release the folder lock). Idempotent."""
         if self._closed:
