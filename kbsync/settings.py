@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded engine.")
     qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server.")
     collection: str = Field("kbsync", description="Collection holding the chunks.")
+    active_of: str | None = Field(
+        None, description="Set by kbsync, not by hand: the logical collection name when "
+        "`collection` is the physical collection a `kbsync rebuild` made active "
+        "(kbsync.ingest.active); write locks are taken on the logical name.")
 
     embed_provider: EmbedProvider = Field(EmbedProvider.LOCAL, description="local | hash | openai")
     embed_model: str | None = Field(None, description="Model name; provider default when unset.")
@@ -74,6 +78,13 @@ class Settings(BaseSettings):
     convert_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit per file.")
     convert_memory_mb: int = Field(2048, ge=256, description="Address-space limit per worker.")
     max_file_mb: float = Field(100.0, gt=0, description="Files above this size are refused.")
+    ocr: bool = Field(
+        False, description="OCR scanned PDF pages and PNG/JPEG/TIFF images with Tesseract "
+        "(apt-get install tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim).")
+    ocr_languages: str = Field("eng+chi_sim", pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$",
+                               description="Tesseract languages, joined by '+'.")
+    ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution scanned pages are read at.")
+    ocr_page_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per OCR'd page.")
     min_free_mb: float = Field(
         64.0, ge=0, description="Free space kept under KBSYNC_HOME beyond what a write needs; "
         "a batch that would eat into it stops the run with DiskFull.")
@@ -90,6 +101,11 @@ class Settings(BaseSettings):
     def cache_path(self) -> Path:
         """Folder of the embedding disk cache."""
         return self.home / "cache"
+
+    @property
+    def logical_collection(self) -> str:
+        """The collection name as configured (``KBSYNC_COLLECTION``), before resolution."""
+        return self.active_of or self.collection
 
     @property
     def state_collection(self) -> str:
