@@ -1,7 +1,8 @@
 """Turn a file into Markdown: :func:`convert` is the one entry point.
 
 Dispatch is by extension (lowercase): PDF -> :mod:`.pdf` (pymupdf, pypdf fallback);
-DOCX/XLSX/PPTX/HTML/CSV -> :mod:`.office` (markitdown); text, Markdown, reStructuredText,
+DOCX/XLSX/PPTX/CSV -> :mod:`.office` (markitdown); HTML -> :mod:`.html`
+(html-to-markdown); text, Markdown, reStructuredText,
 JSON and source code -> :mod:`.text`. The file is read once into memory between two
 ``stat`` calls, so every converter sees one consistent snapshot and a file that changes
 meanwhile is reported (``FileChangedDuringRead``, a transient error) instead of being
@@ -22,6 +23,8 @@ import re
 import stat as stat_mod
 from pathlib import Path
 
+from kbsync.convert.html import CONVERTER_ID as HTML_CONVERTER_ID
+from kbsync.convert.html import HTML_EXTENSIONS, convert_html
 from kbsync.convert.office import OFFICE_EXTENSIONS, convert_office
 from kbsync.convert.pdf import convert_pdf
 from kbsync.convert.text import TEXT_EXTENSIONS, Extracted, convert_text
@@ -42,9 +45,11 @@ logger = logging.getLogger(__name__)
 
 # Bump whenever the Markdown produced for the same bytes may change: it is part of the
 # document fingerprint, so a bump re-converts (and re-chunks) every document.
-CONVERTER_VERSION = "1"
+# 2: HTML through html-to-markdown instead of markitdown; its version is part of the value,
+# so an upgrade of the library (which may change its Markdown) re-converts too.
+CONVERTER_VERSION = f"2+{HTML_CONVERTER_ID}"
 
-SUPPORTED_EXTENSIONS: frozenset[str] = frozenset({".pdf"}) | OFFICE_EXTENSIONS | TEXT_EXTENSIONS
+SUPPORTED_EXTENSIONS: frozenset[str] = frozenset({".pdf"}) | HTML_EXTENSIONS | OFFICE_EXTENSIONS | TEXT_EXTENSIONS
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -113,8 +118,10 @@ def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Documen
 def _dispatch(data: bytes, ext: str, name: str) -> Extracted:
     if ext == ".pdf":
         return convert_pdf(data, name=name)
+    if ext in HTML_EXTENSIONS:
+        return convert_html(data, name=name)
     if ext in OFFICE_EXTENSIONS:
-        return convert_office(data, ext=".html" if ext in (".htm", ".xhtml") else ext, name=name)
+        return convert_office(data, ext=ext, name=name)
     return convert_text(data, ext=ext, name=name)
 
 

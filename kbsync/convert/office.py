@@ -1,4 +1,4 @@
-"""DOCX, XLSX, PPTX, HTML and CSV to Markdown through markitdown's converters.
+"""DOCX, XLSX, PPTX and CSV to Markdown through markitdown's converters (HTML: :mod:`.html`).
 
 markitdown is imported once per process, lazily (its import costs ~2 s). We call the
 format's own markitdown converter (``DocxConverter``, ``XlsxConverter``...) rather than
@@ -29,7 +29,7 @@ from kbsync.errors import ArchiveBomb, CorruptDocument, EncryptedDocument
 
 logger = logging.getLogger(__name__)
 
-OFFICE_EXTENSIONS = frozenset({".docx", ".xlsx", ".pptx", ".html", ".htm", ".xhtml", ".csv"})
+OFFICE_EXTENSIONS = frozenset({".docx", ".xlsx", ".pptx", ".csv"})
 
 MAX_UNCOMPRESSED = 500 * 2**20
 MAX_RATIO = 100
@@ -44,13 +44,6 @@ _SLIDE_MARKER = re.compile(r"<!-- Slide number: (\d+) -->\n?")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
 _DEFAULT_SHAPE_NAME = re.compile(r"^(Picture|Image|Graphic|Content Placeholder)\s*\d*$", re.I)
 _PANDAS_BLANK = re.compile(r"\s*(NaN|Unnamed: \d+)\s*")
-# not "form": ASP.NET WebForms pages wrap the whole page in one
-_BOILERPLATE_TAGS = ("script", "style", "noscript", "template", "nav", "footer", "aside",
-                     "iframe", "svg", "button")
-_BOILERPLATE_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
-_BOILERPLATE_NAMES = {"cookie-banner", "cookies", "cookie-consent", "breadcrumb", "breadcrumbs",
-                      "sidebar", "site-header", "site-footer", "skip-link", "toc"}
-
 # markdownify escapes _ and * by default ("invalid\\_event"): noise for search and embeddings,
 # where the text matters more than round-tripping to HTML.
 _MARKDOWNIFY = {"escape_underscores": False, "escape_asterisks": False, "escape_misc": False}
@@ -68,14 +61,13 @@ def _get_converters() -> dict[str, Any]:
                 from markitdown.converters import (
                     CsvConverter,
                     DocxConverter,
-                    HtmlConverter,
                     PptxConverter,
                     XlsxConverter,
                 )
 
                 _converters = {
                     ".docx": DocxConverter(), ".xlsx": XlsxConverter(), ".pptx": PptxConverter(),
-                    ".html": HtmlConverter(), ".csv": CsvConverter(),
+                    ".csv": CsvConverter(),
                 }
     return _converters
 
@@ -86,7 +78,7 @@ def preload() -> None:
 
 
 def convert_office(data: bytes, *, ext: str, name: str) -> Extracted:
-    """Convert an Office, HTML or CSV file.
+    """Convert an Office or CSV file.
 
     Raises:
         EncryptedDocument: an OOXML file in an encrypted OLE2 container.
@@ -95,20 +87,18 @@ def convert_office(data: bytes, *, ext: str, name: str) -> Extracted:
     """
     if ext in _REQUIRED_PART:
         check_ooxml(data, ext=ext, name=name)
-    if ext in (".html", ".htm", ".xhtml"):
-        return _convert_html(data, name)
     if ext == ".csv":
         text, _encoding, warnings = decode_text(data, name)
         md = _run(".csv", normalize_newlines(text).encode("utf-8"), ext, name, charset="utf-8")
-        return Extracted(_tidy_tables(md), "markitdown", "csv", warnings=warnings)
+        return Extracted(tidy_tables(md), "markitdown", "csv", warnings=warnings)
     md = _run(ext, _slim_docx(data) if ext == ".docx" else data, ext, name)
     if ext == ".pptx":
         return _pptx_pages(md)
     if ext == ".xlsx":
         # sheet names are the headings: the first one is no title for the workbook
-        return Extracted(_tidy_tables(_drop_empty_sheets(_clean_sheet_cells(md))), "markitdown", "xlsx",
+        return Extracted(tidy_tables(_drop_empty_sheets(_clean_sheet_cells(md))), "markitdown", "xlsx",
                          title_from_heading=False)
-    return Extracted(_tidy_tables(_clean_images(md)), "markitdown", "docx")
+    return Extracted(tidy_tables(clean_images(md)), "markitdown", "docx")
 
 
 def check_ooxml(data: bytes, *, ext: str, name: str) -> None:
@@ -199,50 +189,19 @@ def _run(key: str, data: bytes, ext: str, name: str, charset: str | None = None)
     return normalize_newlines(result.markdown or "").strip()
 
 
-# --- HTML ---------------------------------------------------------------------------
-def _convert_html(data: bytes, name: str) -> Extracted:
-    from bs4 import BeautifulSoup
-
-    # bytes in: BeautifulSoup honours <meta charset> and sniffs the rest (markitdown
-    # would force UTF-8 on a page declared as GBK).
-    soup = BeautifulSoup(data, "html.parser")
-    title = soup.title.get_text(" ", strip=True) if soup.title else None
-    for tag in soup.find_all(_BOILERPLATE_TAGS):
-        tag.decompose()
-    for tag in soup.find_all(True):
-        if tag.decomposed:
-            continue
-        attrs = tag.attrs or {}
-        role = str(attrs.get("role", "")).lower()
-        names = {str(c).lower() for c in attrs.get("class", ())} | {str(attrs.get("id", "")).lower()}
-        if role in _BOILERPLATE_ROLES or names & _BOILERPLATE_NAMES:
-            tag.decompose()
-        elif tag.name == "header" and not tag.find(["h1", "h2"]):
-            tag.decompose()  # a site header (logo, menu); keep an article header with its title
-    main = soup.find("main") or soup.find(None, {"role": "main"}) or soup.body or soup
-    try:
-        html = f"<html><body>{main}</body></html>"
-        md = _get_converters()[".html"].convert_string(html, **_MARKDOWNIFY).markdown
-    except RecursionError as exc:  # serialising absurdly deep markup
-        raise CorruptDocument(f"{name}: HTML nested too deeply to convert") from exc
-    md = _tidy_tables(_clean_images(normalize_newlines(md or "").strip()))
-    md = re.sub(r"\n{3,}", "\n\n", md)
-    return Extracted(md, "markitdown", "html", title_hint=title or None)
-
-
 # --- PPTX ---------------------------------------------------------------------------
 def _pptx_pages(md: str) -> Extracted:
     """One page per slide, from markitdown's ``<!-- Slide number: N -->`` markers."""
     pieces = _SLIDE_MARKER.split(md)
     # split() gives [before, num, text, num, text, ...]; text before the first marker is none
-    slides = [_tidy_tables(_clean_images(pieces[i + 1])).strip() for i in range(1, len(pieces), 2)]
+    slides = [tidy_tables(clean_images(pieces[i + 1])).strip() for i in range(1, len(pieces), 2)]
     if not slides:
-        return Extracted(_clean_images(md), "markitdown", "pptx")
+        return Extracted(clean_images(md), "markitdown", "pptx")
     markdown, offsets = join_pages(slides)
     return Extracted(markdown, "markitdown", "pptx", offsets)
 
 
-def _clean_images(md: str) -> str:
+def clean_images(md: str) -> str:
     """Images become their alt text; default shape names and empty alts are dropped."""
 
     def repl(m: re.Match[str]) -> str:
@@ -272,7 +231,7 @@ def _drop_empty_sheets(md: str) -> str:
     return "\n\n".join(sec.strip() for sec in kept)
 
 
-def _tidy_tables(md: str) -> str:
+def tidy_tables(md: str) -> str:
     """Fix up Markdown tables: a real header row, repeated along long tables.
 
     Word tables carry no header flag, so markitdown writes an empty header row and the

@@ -15,7 +15,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 # relative path -> (source_type, converter, title, page count or None)
 EXPECTED = {
     "billing/plans-and-invoices.xlsx": ("xlsx", "markitdown", "plans-and-invoices", None),
-    "engineering/api-reference.html": ("html", "markitdown", "Tessera REST API v2", None),
+    "engineering/api-reference.html": ("html", "html-to-markdown", "Tessera REST API v2", None),
     "engineering/deployment.md": ("markdown", "text", "Deployment Guide", None),
     "engineering/scripts/rotate_api_keys.py": ("code", "text", "rotate_api_keys", None),
     "engineering/service-catalog.json": ("json", "text", "service-catalog", None),
