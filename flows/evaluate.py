@@ -17,6 +17,7 @@ from pydantic import Field
 from kbsync.errors import RetrievalRegression
 from kbsync.eval.report import gate_message
 from kbsync.eval.run import build_result, check_k, llm_for, parse_modes
+from kbsync.ingest.active import resolve
 from kbsync.query.filters import SearchFilters
 from kbsync.settings import Settings
 from tasks import eval_tasks as t
@@ -50,7 +51,7 @@ def evaluate(
         filters: Query-time filters for every search: root, path_prefix, types (list), modified_since (ISO date or datetime).
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
-    settings = Settings()
+    settings = resolve(Settings())  # the active collection, with its model (kbsync.ingest.active)
     specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
     check_k(k)
     # A bad filter is a usage error before work; the JSON form travels on (plain values).

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from flows.executor import PrefectExecutor
 from kbsync.errors import EmbeddingOutage, FilesFailed
+from kbsync.ingest.active import resolve
 from kbsync.ingest.discover import local_root, parse_root
 from kbsync.ingest.plan import DeleteGuard
 from kbsync.ingest.run_counts import counts_of
@@ -64,7 +65,9 @@ def ingest(
         rebind: A root NAME bound to another path moved here: rebind it, keep its documents.
     """
     logger = get_run_logger()
-    settings = Settings()  # read once; every step gets these values
+    # Read once; every step gets these values. resolve(): the collection a rebuild made
+    # active, with its build settings (kbsync.ingest.active).
+    settings = resolve(Settings())
     start_flow_watch(settings)  # a lost Prefect API ends the run within a bound (tasks.watchdog)
     # Root paths travel as valid UTF-8 (\xNN for bytes that are not): see root_parameter.
     request = IngestRequest(

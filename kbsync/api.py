@@ -108,7 +108,10 @@ class KnowledgeBase:
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or Settings()
+        from kbsync.ingest.active import resolve
+
+        # The collection a rebuild made active, with its own model (kbsync.ingest.active).
+        self.settings = resolve(settings or Settings())
         self._runtime: Runtime | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------

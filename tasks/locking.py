@@ -31,7 +31,7 @@ REFUSE_WITHIN_S = 5.0
 
 def limit_name(settings: Settings, namespace: str) -> str:
     """Name of the global concurrency limit guarding one collection and namespace."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", f"{settings.collection}-{namespace}".lower())
+    slug = re.sub(r"[^a-z0-9-]+", "-", f"{settings.logical_collection}-{namespace}".lower())
     return f"kbsync-write-{slug}"[:100]
 
 

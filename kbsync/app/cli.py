@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Sequence
 
-from kbsync.app import cli_ask, cli_eval, cli_filters
+from kbsync.app import cli_ask, cli_eval, cli_filters, cli_rebuild
 
 from kbsync.app import cli_remove
 
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_eval.register(sub)
     cli_remove.register(sub)
     cli_verify.register(sub)
+    cli_rebuild.register(sub)
     return parser
 
 
@@ -133,10 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cli_support.setup_logging(args.verbose)
-        settings = cli_support.load_settings()
+        # rebuild reads the environment as written: it holds the new settings.
+        settings = cli_support.load_settings(resolve_active=args.command != "rebuild")
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
-                   **cli_verify.COMMANDS}[args.command]
+                   **cli_verify.COMMANDS, **cli_rebuild.COMMANDS}[args.command]
         return command(args, settings)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, one object
         return _failed(exc, argv, args, settings)

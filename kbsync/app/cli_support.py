@@ -82,8 +82,10 @@ def k_argument(text: str) -> int:
 
 
 # -- settings -------------------------------------------------------------------------------
-def load_settings():
-    """The :class:`~kbsync.settings.Settings` of the environment.
+def load_settings(*, resolve_active: bool = True):
+    """The :class:`~kbsync.settings.Settings` of the environment, aimed at the collection a
+    ``kbsync rebuild`` made active (unless ``resolve_active`` is false: ``rebuild`` itself
+    wants the environment as written; see :mod:`kbsync.ingest.active`).
 
     Raises:
         UsageError: one line per bad variable, naming it and the reason (values of
@@ -94,9 +96,14 @@ def load_settings():
     from kbsync.settings import Settings
 
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as exc:
         raise UsageError(settings_message(exc)) from None
+    if not resolve_active:
+        return settings
+    from kbsync.ingest.active import resolve
+
+    return resolve(settings)
 
 
 def settings_message(exc) -> str:

@@ -202,6 +202,11 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
         EmbedderMismatch: see :func:`check_embedder`.
     """
     check_roots(roots, home=runtime.config.home)
+    settings = getattr(runtime, "settings", None)
+    if settings is not None:  # a rebuild may have swapped while this run waited for the lock
+        from kbsync.ingest.active import check_still_active
+
+        check_still_active(settings, runtime.store)
     plan = IdentityPlan()
     states, service = runtime.states, runtime.service
     if check_embedder(states, service, collection=runtime.collection) is None:

@@ -71,14 +71,16 @@ def ingest_lock_path(settings, namespace: str) -> Path:
     store folder, so there one lock covers the whole store.
     """
     if settings.qdrant_url:
-        return lock_path(settings.home, settings.collection, namespace)
+        # The logical name: a run that waited while `kbsync rebuild` swapped collections
+        # waited on the same lock as the swap (kbsync.ingest.active).
+        return lock_path(settings.home, settings.logical_collection, namespace)
     return lock_path(settings.home, "embedded-store", "all")
 
 
 def lock_scope(settings, namespace: str) -> str:
     """What :func:`ingest_lock_path`'s lock guards, in words (for messages)."""
     if settings.qdrant_url:
-        return f"collection {settings.collection!r}, namespace {namespace!r}"
+        return f"collection {settings.logical_collection!r}, namespace {namespace!r}"
     return f"the embedded store {settings.store_path} (one writer for all namespaces)"
 
 

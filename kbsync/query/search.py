@@ -319,7 +319,10 @@ def search_kb(
     """
     from kbsync.settings import Settings
 
-    settings = settings if settings is not None else Settings()
+    from kbsync.ingest.active import resolve
+
+    # The collection a rebuild made active, with its own model (kbsync.ingest.active).
+    settings = resolve(settings if settings is not None else Settings())
     if service is None:
         from kbsync.embed import build_embedding_service
 

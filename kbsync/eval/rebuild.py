@@ -1,0 +1,267 @@
+"""Eval-gated rebuilds: build a shadow collection, evaluate it beside the live one, swap.
+
+The pieces ``kbsync rebuild`` (the ``rebuild`` flow) arranges, without Prefect:
+
+1. :func:`plan_rebuild` names the live collection (what the logical name serves from
+   now), the shadow ``<logical>__r<N>`` and the shares to build it from: every root
+   binding of every namespace of the live collection (the pointer is per collection,
+   so the shadow must hold all of them).
+2. :func:`prepare_shadow` resumes a shadow a crashed rebuild left with the same build
+   settings (the ingest's own state makes that incremental) and discards any other
+   leftover. The live collection is never written by a rebuild.
+3. The flow ingests every root into the shadow with the new settings (the embedding
+   cache serves texts that did not change, keyed by model and text), evaluates both
+   collections on the same queries, and then, under the live collection's write lock,
+   replays what syncs changed meanwhile (a full-mode ingest of the same roots), checks
+   that the shadow's state matches the shares (:func:`state_check`), decides
+   (:func:`decide`) and swaps (:func:`swap`) or discards the shadow.
+4. After a swap the old live collection is kept as *previous* for :func:`rollback`,
+   until the next swap drops it.
+
+Crash safety: nothing a rebuild does touches the live collection's points or
+records; the only step that changes what search serves is the pointer swap, which
+is atomic (:mod:`kbsync.store.active`). A crash before it leaves the live
+collection serving and the shadow resumable or discardable by the next rebuild.
+
+Limit: documents without a bound root (``kbsync.api.add_text`` texts) cannot be
+rebuilt from files; a live collection holding them fails the state check.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kbsync.errors import UsageError
+from kbsync.ingest import active
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.identity import ROOT_BINDING, stored_embedder
+from kbsync.ingest.plan import DeleteGuard, plan_root
+from kbsync.ingest.state import StateStore, utc_now
+from kbsync.models import RootSpec, SyncMode
+from kbsync.settings import EmbedProvider, Settings
+from kbsync.store import active as pointer
+
+log = logging.getLogger(__name__)
+
+NDCG = "ndcg@10"
+
+
+@dataclass
+class RebuildPlan:
+    """What one rebuild works on (names are physical collections)."""
+
+    logical: str
+    live: str
+    shadow: str
+    previous: str | None
+    roots: dict[str, list[str]]  # namespace -> root arguments NAME=PATH
+    live_build: dict[str, Any]
+    target_build: dict[str, Any]
+    resumed: bool = False
+    discarded: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+    def root_specs(self, namespace: str) -> list[RootSpec]:
+        """The roots of ``namespace``, parsed."""
+        return [parse_root(r) for r in self.roots[namespace]]
+
+
+def existing_collections(settings: Settings) -> list[str]:
+    """The store's collection names, without opening an embedded store (a folder listing;
+    the embedded engine admits one process, and the rebuild's own open comes after)."""
+    if settings.qdrant_url:
+        from kbsync.store import open_store
+
+        store = open_store(settings)
+        try:
+            return store.collection_names()  # type: ignore[attr-defined]
+        finally:
+            store.close()
+    from kbsync.store.edge_query import CONFIG_FILE
+
+    folder = settings.store_path
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+
+
+def choose_shadow(logical: str, names: list[str], record: pointer.ActiveRecord | None) -> str:
+    """The shadow's name: the newest leftover generation (to resume or discard), else the
+    next one. Never the active or the previous collection."""
+    keep = {logical} | ({record.active, record.previous or ""} if record else set())
+    leftovers = [n for n in names if pointer.is_generation_of(logical, n) and n not in keep]
+    if leftovers:
+        return max(leftovers, key=lambda n: int(n.rsplit("__r", 1)[1]))
+    return pointer.shadow_name(logical, names)
+
+
+def live_settings(resolved: Settings, store) -> Settings:
+    """The settings that query the live collection: its own embedder (from its identity
+    record), whatever the environment now says.
+
+    Raises:
+        UsageError: the live collection records no embedder (made by an older kbsync).
+    """
+    identity = stored_embedder(StateStore(store, resolved.state_collection))
+    if identity is None:
+        raise UsageError(f"collection {resolved.collection} records no embedder: run "
+                         "`kbsync ingest` once (it adopts the configured one), then rebuild")
+    update: dict[str, Any] = {"embed_provider": EmbedProvider(identity.provider),
+                              "embed_model": identity.model}
+    if identity.provider == EmbedProvider.HASH.value:
+        update["embed_dimensions"] = identity.dimension  # the hash model's only setting
+    return resolved.model_copy(update=update)
+
+
+def bound_roots(states: StateStore) -> dict[str, list[str]]:
+    """namespace -> ``NAME=PATH`` of every root binding of the collection."""
+    roots: dict[str, list[str]] = {}
+    for record in states.read_meta(ROOT_BINDING):
+        roots.setdefault(record["bound_namespace"], []).append(f"{record['root']}={record['path']}")
+    return {ns: sorted(specs) for ns, specs in sorted(roots.items())}
+
+
+def plan_rebuild(target: Settings, live: Settings, shadow: str, store,
+                 record: pointer.ActiveRecord | None) -> RebuildPlan:
+    """The rebuild's plan (reads the live collection's bindings; writes nothing).
+
+    Raises:
+        UsageError: the live collection has no root bindings (nothing to rebuild from).
+    """
+    roots = bound_roots(StateStore(store, live.state_collection))
+    if not roots:
+        raise UsageError(f"collection {live.collection} has no bound roots to rebuild from "
+                         "(ingest a share first)")
+    live_build = (dict(record.build) if record and record.build else active.build_of(live))
+    return RebuildPlan(logical=target.logical_collection, live=live.collection, shadow=shadow,
+                       previous=record.previous if record else None, roots=roots,
+                       live_build=live_build, target_build=active.build_of(target))
+
+
+def prepare_shadow(plan: RebuildPlan, store, *, run_id: str) -> RebuildPlan:
+    """Resume the shadow when a crashed rebuild left it with the same build settings,
+    else discard it; record the build settings in it. Never touches the live collection."""
+    names = store.collection_names()
+    if plan.shadow in names or f"{plan.shadow}_state" in names:
+        built = active.read_build(store, plan.shadow)
+        if built == plan.target_build:
+            plan.resumed = True
+            log.info("resuming shadow collection %s left by an earlier rebuild", plan.shadow)
+        else:
+            discard(store, plan.shadow)
+            plan.discarded.append(plan.shadow)
+    active.write_build(store, plan.shadow, plan.target_build, run_id=run_id)
+    return plan
+
+
+def discard(store, name: str) -> None:
+    """Drop a collection and its state collection (never the live one: callers check)."""
+    for each in (name, f"{name}_state"):
+        store.drop_collection(each)
+    log.info("discarded collection %s", name)
+
+
+def state_check(plan: RebuildPlan, shadow_rt, live_rt) -> dict[str, Any]:
+    """Does the shadow's state match the shares? (plans each root; writes nothing)
+
+    It matches when a full-mode plan of every root against the shadow finds nothing
+    changed or to delete, every file it would add also has no live record (it failed
+    in both: the live collection has nothing better), and every live document of
+    every namespace has a record in the shadow or no file any more.
+    """
+    pending: list[str] = []
+    missing: list[str] = []
+    for ns in plan.roots:
+        live_docs = live_rt.states.load(ns)
+        shadow_docs = shadow_rt.states.load(ns)
+        seen: set[str] = set()
+        for spec in plan.root_specs(ns):
+            rp = plan_root(spec, runtime=shadow_rt, namespace=ns, mode=SyncMode.FULL,
+                           guard=DeleteGuard(allow_mass_delete=True))
+            seen.update(f.doc_id for f in rp.discovery.files)
+            pending += [f"{ns}:{i.doc_id}" for i in rp.to_process()
+                        if i.doc_id in live_docs or i.doc_id in shadow_docs]
+            pending += [f"{ns}:{d}" for d in rp.to_delete]
+        missing += [f"{ns}:{d}" for d in live_docs if d not in shadow_docs and d in seen]
+        missing += [f"{ns}:{d}" for d in live_docs if d not in seen and d not in shadow_docs
+                    and not any(d.startswith(s.name + "/") for s in plan.root_specs(ns))]
+    return {"matches": not pending and not missing, "pending": sorted(pending)[:20],
+            "pending_count": len(pending), "missing": sorted(missing)[:20],
+            "missing_count": len(missing)}
+
+
+def decide(live: dict[str, Any], shadow: dict[str, Any], *, max_drop: float,
+           state: dict[str, Any]) -> dict[str, Any]:
+    """Swap only if no mode's nDCG@10 dropped by more than ``max_drop`` and the state
+    matches. ``live``/``shadow``: the two evaluation results (``modes`` per mode)."""
+    modes, reasons = {}, []
+    for mode, metrics in live["modes"].items():
+        before, after = metrics.get(NDCG), shadow["modes"].get(mode, {}).get(NDCG)
+        if before is None or after is None:
+            reasons.append(f"{mode}: no nDCG@10 (no labelled query found a relevant document)")
+            modes[mode] = {"live": before, "shadow": after, "delta": None, "ok": False}
+            continue
+        delta = round(after - before, 6)
+        ok = delta >= -max_drop - 1e-9
+        modes[mode] = {"live": before, "shadow": after, "delta": delta, "ok": ok}
+        if not ok:
+            reasons.append(f"{mode}: nDCG@10 {after:.4f} on the shadow vs {before:.4f} live "
+                           f"(drop {-delta:.4f} > max-drop {max_drop:g})")
+    if not state["matches"]:
+        reasons.append(f"the shadow's state does not match the shares "
+                       f"({state['pending_count']} documents pending, {state['missing_count']} "
+                       "live documents missing)")
+    return {"swap": not reasons, "max_drop": max_drop, "modes": modes, "reasons": reasons}
+
+
+def swap(plan: RebuildPlan, settings: Settings, store) -> dict[str, Any]:
+    """Make the shadow active and the live collection previous, atomically; then drop the
+    collection that was previous before (the only rollback target is the one just
+    replaced). Returns the new pointer record as JSON."""
+    record = pointer.ActiveRecord(plan.logical, plan.shadow, plan.live, dict(plan.target_build),
+                                  dict(plan.live_build), utc_now())
+    _write(record, settings, store)
+    old = plan.previous
+    if old and old not in (plan.live, plan.shadow):
+        discard(store, old)
+    return asdict(record)
+
+
+def rollback(settings: Settings, store=None) -> dict[str, Any]:
+    """Serve the previous collection again (the active one becomes previous).
+
+    ``store``: an open server store (aliases), or ``None`` (the embedded engine's
+    pointer file needs none; a server store is opened for the call).
+
+    Raises:
+        UsageError: no rebuild swapped this collection, or it has no previous one.
+    """
+    if store is None and settings.qdrant_url:
+        from kbsync.store import open_store
+
+        with open_store(settings) as own:  # type: ignore[attr-defined]
+            return rollback(settings, own)
+    record = active.read_record(settings.model_copy(update={"active_of": None}), store)
+    if record is None or record.previous is None:
+        raise UsageError(f"collection {settings.logical_collection}: nothing to roll back to "
+                         "(no rebuild has swapped it, or its previous collection is gone)")
+    names = store.collection_names() if store is not None else existing_collections(settings)
+    if record.previous not in names:
+        raise UsageError(f"collection {settings.logical_collection}: the previous collection "
+                         f"{record.previous} no longer exists")
+    new = record.rolled_back(utc_now())
+    _write(new, settings, store)
+    return asdict(new)
+
+
+def _write(record: pointer.ActiveRecord, settings: Settings, store) -> None:
+    if store is not None and hasattr(store, "client"):
+        pointer.swap_aliases(store.client, record.logical, active=record.active,
+                             previous=record.previous)
+    else:
+        pointer.write_pointer(settings.home, record)

@@ -1,0 +1,149 @@
+"""Resolving the configured (logical) collection to the active physical one.
+
+Every command works on ``Settings.collection``. After ``kbsync rebuild`` swapped in
+a shadow collection, the logical name ``KBSYNC_COLLECTION`` points to another
+physical collection (:mod:`kbsync.store.active`); :func:`resolve` returns the
+settings with ``collection`` set to it (``active_of`` keeps the logical name, on
+which write locks are taken) and with that collection's *build* settings in force:
+its embedding provider, model and dimensions, chunk budget and overlap, and
+contextual text. So search, ask, eval and ingest keep serving the active
+collection with the model it was built with, whatever the environment says; a
+``KBSYNC_*`` value that differs from the active collection's is named in one
+warning (``kbsync rebuild`` is how a model or chunking change takes effect).
+
+Settings without a pointer come back unchanged, so stores never rebuilt behave as
+before. :func:`resolve` is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kbsync.errors import StoreUnavailable
+from kbsync.ingest.state import StateStore, utc_now
+from kbsync.settings import EmbedProvider, Settings
+from kbsync.store import active as pointer
+
+log = logging.getLogger(__name__)
+
+BUILD = "build"  # meta record kind: the settings a collection was built with
+BUILD_FIELDS = ("embed_provider", "embed_model", "embed_dimensions", "chunk_tokens",
+                "chunk_overlap", "contextual_text")
+_warned: set[tuple] = set()
+
+
+def build_of(settings: Settings) -> dict[str, Any]:
+    """The build settings of ``settings`` (JSON values; the model name filled in)."""
+    values = settings.model_dump(mode="json", include=set(BUILD_FIELDS))
+    values["embed_model"] = settings.embed_model_name()
+    return values
+
+
+def apply_build(settings: Settings, build: dict[str, Any]) -> Settings:
+    """``settings`` with the ``build`` values in force (unknown keys ignored)."""
+    update = {k: v for k, v in build.items() if k in BUILD_FIELDS}
+    if "embed_provider" in update:
+        update["embed_provider"] = EmbedProvider(update["embed_provider"])
+    return settings.model_copy(update=update)
+
+
+def read_record(settings: Settings, store=None) -> pointer.ActiveRecord | None:
+    """The pointer of ``settings.logical_collection``, or ``None``.
+
+    On a Qdrant server the aliases are read (``store``: an open
+    :class:`~kbsync.store.server.ServerStore`, else a short-lived client) and the
+    build settings come from the active collection's state record; on the
+    embedded engine from the pointer file.
+    """
+    logical = settings.logical_collection
+    server = hasattr(store, "client") if store is not None else bool(settings.qdrant_url)
+    if not server:
+        return pointer.read_pointer(settings.home, logical)
+    own = store is None
+    if own:
+        from kbsync.store import open_store
+
+        store = open_store(settings)
+    try:
+        current, previous = pointer.read_aliases(store.client, logical)
+        if current is None:
+            return None
+        return pointer.ActiveRecord(logical, current, previous,
+                                    build=read_build(store, current),
+                                    previous_build=read_build(store, previous)
+                                    if previous else {})
+    finally:
+        if own:
+            store.close()
+
+
+def read_build(store, collection: str) -> dict[str, Any]:
+    """The build record of ``collection`` (empty when it has none)."""
+    records = StateStore(store, f"{collection}_state").read_meta(BUILD)
+    return {k: records[0][k] for k in BUILD_FIELDS if k in records[0]} if records else {}
+
+
+def write_build(store, collection: str, build: dict[str, Any], *, run_id: str) -> None:
+    """Record the settings ``collection`` is built with (in its state collection)."""
+    StateStore(store, f"{collection}_state").write_meta(
+        BUILD, (), {**build, "collection": collection, "recorded_at": utc_now(),
+                    "run_id": run_id})
+
+
+def resolve(settings: Settings, store=None, *, warn: bool = True) -> Settings:
+    """``settings`` aimed at the active collection, with its build settings in force.
+
+    ``warn``: name the ``KBSYNC_*`` values the active collection overrides (off for
+    ``kbsync rebuild``, whose environment holds the new settings on purpose).
+
+    Raises:
+        StoreError: an embedded pointer file that cannot be read.
+        StoreUnavailable: the server's aliases cannot be read.
+    """
+    if settings.active_of is not None:
+        return settings  # resolved already
+    record = read_record(settings, store)
+    if record is None:
+        return settings
+    resolved = apply_build(settings.model_copy(update={
+        "collection": record.active, "active_of": record.logical}), record.build)
+    if warn:
+        _warn_overrides(settings, resolved, record)
+    return resolved
+
+
+def _warn_overrides(configured: Settings, resolved: Settings,
+                    record: pointer.ActiveRecord) -> None:
+    """One warning per process naming ``KBSYNC_*`` values the active collection overrides."""
+    given = configured.model_fields_set
+    differ = [f"KBSYNC_{name.upper()}={getattr(configured, name)!s}" for name in BUILD_FIELDS
+              if name in given and getattr(configured, name) != getattr(resolved, name)
+              and not (name == "embed_model"
+                       and configured.embed_model_name() == resolved.embed_model_name())]
+    key = (record.logical, record.active, tuple(differ))
+    if differ and key not in _warned:
+        _warned.add(key)
+        log.warning("%s differ from the active collection %s of %s, which was built with %s: "
+                    "serving it with its own settings (kbsync rebuild applies new ones)",
+                    ", ".join(differ), record.active, record.logical,
+                    ", ".join(f"{k}={v}" for k, v in sorted(record.build.items())))
+
+
+def check_still_active(settings: Settings, store=None) -> None:
+    """Refuse to write when the active collection changed since ``settings`` were resolved
+    (a rebuild swapped while this run waited for the write lock).
+
+    Call under the write lock, before the first write.
+
+    Raises:
+        StoreUnavailable: the logical name now points elsewhere (retrying re-resolves).
+    """
+    logical = settings.logical_collection
+    record = read_record(settings.model_copy(update={"active_of": None,
+                                                     "collection": logical}), store)
+    now = record.active if record else logical
+    if now != settings.collection:
+        raise StoreUnavailable(
+            f"collection {logical} now serves from {now}, not {settings.collection} (kbsync "
+            "rebuild swapped them while this run waited for the write lock); run it again")

@@ -1,0 +1,173 @@
+"""Which physical collection a logical collection name serves from.
+
+``KBSYNC_COLLECTION`` (``kbsync`` by default) is a *logical* name. Until the first
+swap by ``kbsync rebuild`` it is also the physical chunk collection (and
+``<name>_state`` its state collection). A rebuild writes a shadow ``<name>__r<N>``
+(and ``<name>__r<N>_state``) and, when the evaluation lets it, makes it active:
+
+- **Qdrant server or cluster, and qdrant-client's local mode**: the alias
+  ``<name>__active`` names the active physical collection and ``<name>__previous``
+  the one kept for a rollback. Both change in one ``update_collection_aliases``
+  request, which the server applies atomically. (The alias cannot be ``<name>``
+  itself: a store built before rebuilds existed holds a real collection of that
+  name, and Qdrant has no rename.) qdrant-client's local mode supports aliases
+  too, so the tests run this path for real.
+- **Embedded engine** (qdrant-edge-py has no aliases): the pointer file
+  ``$KBSYNC_HOME/active/<name>.json`` names the active and the previous
+  collection; it is written to a temporary file, fsynced, renamed over the old one
+  with ``os.replace`` and the folder fsynced, so a crash leaves the old or the new
+  pointer, never a torn one.
+
+No pointer (no alias, no file) means "the logical name is the physical one", so
+stores that were never rebuilt behave exactly as before. The embedded pointer also
+carries each collection's *build* settings (embedding model, chunking), so
+commands can serve the active collection with its own model without opening the
+store first; on a server they live in the physical state collection (see
+:mod:`kbsync.ingest.active`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbsync.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+ACTIVE_SUFFIX = "__active"
+PREVIOUS_SUFFIX = "__previous"
+_GENERATION = re.compile(r"__r(\d+)$")
+
+
+@dataclass(frozen=True)
+class ActiveRecord:
+    """What a logical name points to.
+
+    ``build``/``previous_build``: the settings each collection was built with (the
+    rebuild's overrides: embedding provider/model/dimensions, chunk budget, overlap,
+    contextual text); empty when unknown (a collection from before rebuilds).
+    """
+
+    logical: str
+    active: str
+    previous: str | None = None
+    build: dict[str, Any] = field(default_factory=dict)
+    previous_build: dict[str, Any] = field(default_factory=dict)
+    swapped_at: str | None = None
+
+    def rolled_back(self, now: str) -> ActiveRecord:
+        """The record after a rollback: active and previous change places."""
+        if self.previous is None:
+            raise StoreError(f"collection {self.logical}: no previous collection to roll "
+                             "back to (kbsync rebuild keeps one after a swap)")
+        return ActiveRecord(self.logical, self.previous, self.active, dict(self.previous_build),
+                            dict(self.build), now)
+
+
+def shadow_name(logical: str, existing: list[str]) -> str:
+    """``<logical>__r<N>`` with N one above every generation in ``existing`` (names)."""
+    generations = [int(m.group(1)) for name in existing
+                   if name.startswith(logical + "__r") and (m := _GENERATION.search(name))
+                   and name == f"{logical}__r{m.group(1)}"]
+    return f"{logical}__r{max(generations, default=0) + 1}"
+
+
+def is_generation_of(logical: str, name: str) -> bool:
+    """True for a chunk collection a rebuild of ``logical`` made (``<logical>__r<N>``)."""
+    match = _GENERATION.search(name)
+    return match is not None and name == f"{logical}__r{match.group(1)}"
+
+
+# -- embedded engine: the pointer file ------------------------------------------------------
+def pointer_path(home: Path, logical: str) -> Path:
+    """Where the embedded engine's pointer for ``logical`` lives."""
+    return Path(home) / "active" / f"{logical}.json"
+
+
+def read_pointer(home: Path, logical: str) -> ActiveRecord | None:
+    """The pointer of ``logical``, or ``None`` when there is none.
+
+    Raises:
+        StoreError: the file exists but cannot be read or parsed (it is never
+            torn by a crash, so that means damage or a hand edit).
+    """
+    path = pointer_path(home, logical)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"active-collection pointer {path}: cannot read: {exc}") from exc
+    try:
+        data = json.loads(text)
+        return ActiveRecord(**data)
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"active-collection pointer {path}: not a pointer record ({exc}); "
+                         "restore it or delete it to serve the collection named "
+                         f"{logical}") from exc
+
+
+def write_pointer(home: Path, record: ActiveRecord) -> Path:
+    """Replace the pointer of ``record.logical`` atomically (temp file, fsync, rename, fsync).
+
+    Readers see the old record or the new one, never a mix; after a crash the
+    pointer is one of the two.
+    """
+    path = pointer_path(home, record.logical)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(asdict(record), sort_keys=True, indent=1).encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{record.logical}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)  # the rename itself survives a power cut
+    log.info("collection %s now serves from %s (pointer %s)", record.logical, record.active,
+             path)
+    return path
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- Qdrant server / local mode: aliases -----------------------------------------------------
+def read_aliases(client: Any, logical: str) -> tuple[str | None, str | None]:
+    """(active, previous) physical names from the aliases of ``logical`` (``None``: none)."""
+    names = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
+    return names.get(logical + ACTIVE_SUFFIX), names.get(logical + PREVIOUS_SUFFIX)
+
+
+def swap_aliases(client: Any, logical: str, *, active: str, previous: str | None) -> None:
+    """Point ``<logical>__active`` at ``active`` and ``<logical>__previous`` at ``previous``
+    in one request (the server applies it atomically)."""
+    from qdrant_client import models
+
+    current = {a.alias_name for a in client.get_aliases().aliases}
+    ops: list[Any] = [models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=n))
+                      for n in (logical + ACTIVE_SUFFIX, logical + PREVIOUS_SUFFIX)
+                      if n in current]
+    ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
+        collection_name=active, alias_name=logical + ACTIVE_SUFFIX)))
+    if previous is not None:
+        ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
+            collection_name=previous, alias_name=logical + PREVIOUS_SUFFIX)))
+    client.update_collection_aliases(change_aliases_operations=ops)
+    log.info("collection %s now serves from %s (alias %s%s)", logical, active, logical,
+             ACTIVE_SUFFIX)

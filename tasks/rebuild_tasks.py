@@ -1,0 +1,140 @@
+"""The rebuild's steps as Prefect tasks: thin wrappers over :mod:`kbsync.eval.rebuild`.
+
+The shadow's runtime is the process-wide one of :mod:`tasks.resources` (the ingest
+tasks look it up by settings); the live collection is read through the same store
+handle (the embedded engine admits one per folder) with its own embedding service,
+held here (:func:`live_runtime`). Only :func:`publish_rebuild` is not a task: its
+artifacts belong to the flow run.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NONE
+
+from kbsync.app.runtime import Runtime
+from kbsync.eval import rebuild as rb
+from kbsync.eval import run as ev
+from kbsync.ingest.report import artifact_key
+from kbsync.ingest.state import StateStore
+from kbsync.settings import Settings
+from tasks.resources import runtime_for
+
+COMMON = dict(cache_policy=NONE, persist_result=False)
+_lock = threading.Lock()
+_live: dict[str, Runtime] = {}
+
+
+class _Borrowed:
+    """The shadow runtime's store, lent to the live runtime: closing it is the owner's job."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        """Nothing: the shadow's runtime closes the store."""
+
+
+def live_runtime(live: Settings, shadow: Settings) -> Runtime:
+    """The live collection's runtime, on the shadow runtime's store (opened once)."""
+    from kbsync.embed import build_embedding_service
+
+    with _lock:
+        runtime = _live.get(live.collection)
+        if runtime is None:
+            owner = runtime_for(shadow)
+            store = _Borrowed(owner.store)
+            runtime = _live[live.collection] = Runtime(
+                settings=live, store=store,  # type: ignore[arg-type]
+                states=StateStore(store, live.state_collection),  # type: ignore[arg-type]
+                service=build_embedding_service(live), chunk_config=owner.chunk_config)
+        return runtime
+
+
+def release_live(live: Settings) -> None:
+    """Forget the live runtime (its store stays open: the shadow's runtime owns it)."""
+    with _lock:
+        _live.pop(live.collection, None)
+
+
+def _runtime(which: str, live: Settings, shadow: Settings) -> Runtime:
+    return runtime_for(shadow) if which == "shadow" else live_runtime(live, shadow)
+
+
+@task(name="evaluate-collection", task_run_name="evaluate-{which}", **COMMON)
+def evaluate_collection(queries: list[ev.EvalQuery], specs: list[ev.ModeSpec], which: str,
+                        live: Settings, shadow: Settings, *, namespace: str, k: int) -> dict:
+    """Evaluate one collection (``which``: live or shadow) on the queries, with the
+    evaluate flow's metrics (:mod:`kbsync.eval.run`)."""
+    runtime = _runtime(which, live, shadow)
+    warnings = ev.check_labels(queries, set(runtime.states.load(namespace)), namespace)
+    outcomes = []
+    for spec in specs:  # one after the other: latencies measured without competition
+        outcomes += ev.run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k)
+    result = ev.build_result(queries, outcomes, k=k, namespace=namespace, warnings=warnings,
+                             embedding=runtime.embedding_info())
+    data = result.to_dict()
+    data["collection"] = runtime.collection
+    return data
+
+
+@task(name="prepare-shadow", **COMMON)
+def prepare_shadow(plan: rb.RebuildPlan, shadow: Settings, run_id: str) -> rb.RebuildPlan:
+    """Resume or discard a leftover shadow; record the build settings in it."""
+    return rb.prepare_shadow(plan, runtime_for(shadow).store, run_id=run_id)
+
+
+@task(name="state-check", **COMMON)
+def state_check(plan: rb.RebuildPlan, live: Settings, shadow: Settings) -> dict:
+    """Does the shadow's state match the shares (see :func:`kbsync.eval.rebuild.state_check`)."""
+    return rb.state_check(plan, runtime_for(shadow), live_runtime(live, shadow))
+
+
+@task(name="swap", **COMMON)
+def swap(plan: rb.RebuildPlan, target: Settings, shadow: Settings) -> dict:
+    """Point the logical collection at the shadow (alias or pointer file)."""
+    return rb.swap(plan, target, runtime_for(shadow).store)
+
+
+@task(name="discard-shadow", **COMMON)
+def discard(plan: rb.RebuildPlan, shadow: Settings) -> None:
+    """Drop a shadow the gate refused (the live collection is not touched)."""
+    rb.discard(runtime_for(shadow).store, plan.shadow)
+
+
+def publish_rebuild(report: dict) -> None:
+    """Table and Markdown artifacts of the decision (keys stable per namespace)."""
+    ns = report["namespace"]
+    decision = report["decision"]
+    rows = [{"mode": mode, "live_ndcg@10": m["live"], "shadow_ndcg@10": m["shadow"],
+             "delta": m["delta"], "ok": m["ok"]} for mode, m in decision["modes"].items()]
+    create_table_artifact(key=artifact_key("kbsync-rebuild", ns), table=rows,
+                          description=f"kbsync rebuild of {report['plan']['logical']}: "
+                                      f"nDCG@10 live vs shadow, namespace {ns}")
+    create_markdown_artifact(key=artifact_key("kbsync-rebuild-summary", ns),
+                             markdown=summary_markdown(report),
+                             description=f"kbsync rebuild decision, namespace {ns}")
+
+
+def summary_markdown(report: dict) -> str:
+    """The decision as Markdown: what was built, both evaluations, why."""
+    plan, decision = report["plan"], report["decision"]
+    verdict = "swapped" if report["swapped"] else "refused (live collection kept)"
+    lines = [f"# kbsync rebuild: {verdict}", "",
+             (f"- live `{plan['live']}` -> shadow `{plan['shadow']}`"
+              f"{' (resumed)' if plan['resumed'] else ''}"),
+             f"- build: `{plan['target_build']}` (live: `{plan['live_build']}`)",
+             (f"- time: {report['duration_s']} s (build {report['timings']['build_s']} s, "
+              f"eval {report['timings']['eval_s']} s)"), "",
+             "| mode | live nDCG@10 | shadow nDCG@10 | delta | ok |", "|---|---|---|---|---|"]
+    for mode, m in decision["modes"].items():
+        lines.append(f"| {mode} | {m['live']} | {m['shadow']} | {m['delta']} | {m['ok']} |")
+    lines += ["", *[f"- {r}" for r in decision["reasons"]]]
+    return "\n".join(lines) + "\n"
