@@ -1,31 +1,41 @@
 """Conversion benchmark (not run in CI).
 
     .venv/bin/python tests/bench/convert_bench.py [--pages 200] [--seconds 2] [--markitdown-pdf]
+        [--html-shares octave-html:60,handbook-zh-html:60,...] [--html-only]
 
 Prints, on one CPU core (the process pins itself to one):
 * pages/s for text PDFs: kbsync (pymupdf with headings, running-line removal and tables)
   vs pymupdf's plain ``page.get_text()``; optionally markitdown's PDF path for contrast;
 * files/s per format on the sample files of ``data/sample`` (converters warm);
 * the cold import cost of markitdown;
-* the per-file cost of process isolation (``kbsync.convert.isolate``), when present.
+* the per-file cost of process isolation (``kbsync.convert.isolate``), when present;
+* HTML on real shares (Debian documentation, see tests/realshares.py; never the held-out
+  packages): files/s of markitdown's HtmlConverter (kbsync's HTML path until
+  CONVERTER_VERSION 2, kept here as :func:`markitdown_html`) beside html-to-markdown
+  (:func:`kbsync.convert.html.convert_html`), on the same pages in one run, with how many
+  words of one output are missing from the other.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import pymupdf  # noqa: E402
 
 from kbsync.convert import convert  # noqa: E402
+from kbsync.convert.html import convert_html  # noqa: E402
+from kbsync.convert.office import clean_images, tidy_tables  # noqa: E402
 from kbsync.convert.pdf import convert_pdf  # noqa: E402
+from kbsync.convert.text import normalize_newlines  # noqa: E402
 
 SAMPLE = REPO / "data" / "sample"
 WORDS = ("the deployment pipeline promotes each release candidate to staging before a canary "
@@ -134,20 +144,94 @@ def bench_isolation(seconds: float) -> None:
                   f"overhead {overhead_ms:5.2f} ms/file")
 
 
+_BOILERPLATE_TAGS = ("script", "style", "noscript", "template", "nav", "footer", "aside",
+                     "iframe", "svg", "button")
+_BOILERPLATE_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
+_BOILERPLATE_NAMES = {"cookie-banner", "cookies", "cookie-consent", "breadcrumb", "breadcrumbs",
+                      "sidebar", "site-header", "site-footer", "skip-link", "toc"}
+_markitdown_html_converter = None
+
+
+def markitdown_html(data: bytes) -> str:
+    """kbsync's HTML conversion before html-to-markdown (CONVERTER_VERSION 1), for comparison."""
+    global _markitdown_html_converter
+    from bs4 import BeautifulSoup
+    from markitdown.converters import HtmlConverter
+
+    if _markitdown_html_converter is None:
+        _markitdown_html_converter = HtmlConverter()
+    soup = BeautifulSoup(data, "html.parser")
+    for tag in soup.find_all(_BOILERPLATE_TAGS):
+        tag.decompose()
+    for tag in soup.find_all(True):
+        if tag.decomposed:
+            continue
+        attrs = tag.attrs or {}
+        names = {str(c).lower() for c in attrs.get("class", ())} | {str(attrs.get("id", "")).lower()}
+        if str(attrs.get("role", "")).lower() in _BOILERPLATE_ROLES or names & _BOILERPLATE_NAMES:
+            tag.decompose()
+        elif tag.name == "header" and not tag.find(["h1", "h2"]):
+            tag.decompose()
+    main = soup.find("main") or soup.find(None, {"role": "main"}) or soup.body or soup
+    md = _markitdown_html_converter.convert_string(
+        f"<html><body>{main}</body></html>", escape_underscores=False, escape_asterisks=False,
+        escape_misc=False).markdown
+    return tidy_tables(clean_images(normalize_newlines(md or "").strip()))
+
+
+def _words(md: str) -> set[str]:
+    return set(re.findall(r"\w+", re.sub(r"\]\([^)]*\)", "]", md).lower()))
+
+
+def bench_real_html(shares: str) -> None:
+    """Both converters over the same real pages, warm, one core; ratio per share."""
+    import realshares
+
+    print("\n## HTML on real shares: markitdown (CONVERTER_VERSION 1) vs html-to-markdown")
+    print(f"{'share':18s} {'files':>5s} {'KiB/file':>8s} {'markitdown f/s':>15s} {'h2m f/s':>9s} "
+          f"{'speed-up':>8s} {'words only md':>13s} {'only h2m':>9s}")
+    for item in shares.split(","):
+        name, _, count = item.partition(":")
+        spec = realshares.SPECS[name]
+        files = [src.read_bytes() for src, _ in realshares.spread(realshares.source_files(spec),
+                                                                  int(count or 60))]
+        markitdown_html(files[0])  # import and warm both
+        convert_html(files[0], name="warm")
+        started, cpu = time.perf_counter(), time.process_time()
+        old = [markitdown_html(data) for data in files]
+        old_wall, old_cpu = time.perf_counter() - started, time.process_time() - cpu
+        started, cpu = time.perf_counter(), time.process_time()
+        new = [convert_html(data, name=f"{name}-{i}").markdown for i, data in enumerate(files)]
+        new_wall, new_cpu = time.perf_counter() - started, time.process_time() - cpu
+        only_old = sum(len(_words(a) - _words(b)) / max(1, len(_words(a))) for a, b in zip(old, new))
+        only_new = sum(len(_words(b) - _words(a)) / max(1, len(_words(b))) for a, b in zip(old, new))
+        n = len(files)
+        print(f"{name:18s} {n:5d} {sum(map(len, files)) / n / 1024:8.1f} {n / old_wall:15.1f} "
+              f"{n / new_wall:9.1f} {old_wall / new_wall:7.1f}x {100 * only_old / n:12.2f}% "
+              f"{100 * only_new / n:8.2f}%   (CPU: {n / old_cpu:.1f} vs {n / new_cpu:.1f} files/CPU-s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=2.0, help="minimum time per measurement")
     parser.add_argument("--markitdown-pdf", action="store_true", help="also time markitdown's PDF path")
+    parser.add_argument("--html-shares", default="octave-html:60,handbook-zh-html:60,postgresql-html:60,"
+                        "git-html:40,linux-zh-html:60",
+                        help="real shares for the HTML comparison (NAME:FILES,...); '' skips it")
+    parser.add_argument("--html-only", action="store_true", help="only the real-share HTML comparison")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, as documented
     print(f"# kbsync conversion benchmark (python {sys.version.split()[0]}, pymupdf {pymupdf.VersionBind}, "
           f"one core, load average {os.getloadavg()[0]:.1f})")
-    bench_import()
-    bench_pdf(args.pages, args.seconds, args.markitdown_pdf)
-    bench_formats(args.seconds / 4)
-    bench_isolation(args.seconds / 2)
+    if not args.html_only:
+        bench_import()
+        bench_pdf(args.pages, args.seconds, args.markitdown_pdf)
+        bench_formats(args.seconds / 4)
+        bench_isolation(args.seconds / 2)
+    if args.html_shares:
+        bench_real_html(args.html_shares)
 
 
 if __name__ == "__main__":
