@@ -1,0 +1,203 @@
+"""``kbsync rebuild`` (issue 16.2) through the real command, the rebuild flow on the
+session's Prefect test server and the embedded engine.
+
+Hash embeddings keep it fast: the tests are about the mechanism (shadow, gate, pointer,
+rollback, crash). The worse setting that must lose is a 4-dimensional hash embedding
+(dense mode), against the live 384-dimensional one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbtest import cli_env, run_kbsync, write_tree
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
+TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon", "meadow",
+          "reef", "tundra", "savanna", "fjord", "marsh"]
+
+
+def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
+    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
+                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
+
+
+def _share(root: Path, n: int = len(TOPICS), *, filler: int = 0) -> Path:
+    files = {}
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)]
+        body = f"The {topic} guide number {i}. Everything about the {topic}{i} site."
+        files[f"d{i % 3}/{topic}{i}.md"] = f"# {topic} {i}\n\n{body}\n\n" + "\n\n".join(
+            f"Paragraph {j}: " + " ".join(f"w{(i * 31 + j * 7 + w) % 997}" for w in range(40))
+            for j in range(filler))
+    write_tree(root, files)
+    return root
+
+
+def _queries(path: Path, n: int = len(TOPICS)) -> Path:
+    lines = [json.dumps({"query": f"{TOPICS[i]} guide number {i}",
+                         "relevant": [f"share/d{i % 3}/{TOPICS[i]}{i}.md"]}) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _pointer(home: Path) -> dict | None:
+    path = home / "active" / "kbsync.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _collections(home: Path) -> set[str]:
+    return {p.name for p in (home / "qdrant").iterdir() if p.is_dir()}
+
+
+def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home)
+    share, queries = _share(tmp_path / "share"), _queries(tmp_path / "q.jsonl")
+    code, first, err = run_kbsync(env, "ingest", f"share={share}", "--json")
+    assert code == 0 and first["added"] == len(TOPICS), err
+
+    # New chunking (a smaller budget), same model: as good on these queries.
+    new = {**env, "KBSYNC_CHUNK_TOKENS": "64", "KBSYNC_CHUNK_OVERLAP": "8"}
+    code, report, err = run_kbsync(new, "rebuild", "--queries", str(queries), "--json")
+    assert code == 0 and report["swapped"], err
+    decision = report["decision"]
+    assert decision["swap"] and not decision["reasons"] and set(decision["modes"]) == {
+        "dense", "hybrid"}
+    for mode, m in decision["modes"].items():
+        assert m["ok"] and m["delta"] >= -0.02, (mode, m)
+        assert report["live"]["modes"][mode]["ndcg@10"] == m["live"]
+        assert report["shadow"]["modes"][mode]["ndcg@10"] == m["shadow"]
+    assert report["live"]["collection"] == "kbsync"
+    assert report["shadow"]["collection"] == "kbsync__r1"
+    assert report["state"]["matches"] and report["duration_s"] > 0
+    assert set(report["timings"]) == {"build_s", "eval_s", "swap_s"}
+    assert report["ingest"]["default"]["added"] == len(TOPICS)
+    pointer = _pointer(home)
+    assert pointer["active"] == "kbsync__r1" and pointer["previous"] == "kbsync"
+    assert pointer["build"]["chunk_tokens"] == 64
+
+    # Every command now serves the shadow, with its build settings: the environment
+    # without KBSYNC_CHUNK_TOKENS sees nothing to reprocess (same fingerprint).
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync__r1", err
+    assert stats["namespaces"]["default"]["documents"] == len(TOPICS)
+    code, again, err = run_kbsync(env, "ingest", f"share={share}", "--json")
+    assert code == 0 and again["collection"] == "kbsync__r1", err
+    assert (again["unchanged"], again["updated"]) == (len(TOPICS), 0), again
+    code, hits, err = run_kbsync(env, "search", "orchard guide number 3", "--json")
+    assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
+    code, evaluated, err = run_kbsync(env, "eval", str(queries), "--json",
+                                      "--report-dir", str(tmp_path / "reports"))
+    assert code == 0 and evaluated["modes"]["dense"]["ndcg@10"] == decision["modes"]["dense"][
+        "shadow"], err
+
+    code, back, err = run_kbsync(env, "rebuild", "--rollback", "--json")
+    assert code == 0 and back["rolled_back"], err
+    assert back["pointer"]["active"] == "kbsync" and back["pointer"]["previous"] == "kbsync__r1"
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync", err
+    assert {"kbsync", "kbsync__r1"} <= _collections(home)  # both kept for another rollback
+
+
+def test_rebuild_refuses_a_worse_model_and_keeps_the_live_collection(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home)
+    share, queries = _share(tmp_path / "share"), _queries(tmp_path / "q.jsonl")
+    code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
+    assert code == 0, err
+    worse = {**env, "KBSYNC_EMBED_DIMENSIONS": "4"}  # 4-dim hash vectors collide
+    code, report, err = run_kbsync(worse, "rebuild", "--queries", str(queries), "--modes",
+                                   "dense", "--json")
+    assert code == 3 and not report["swapped"], err
+    dense = report["decision"]["modes"]["dense"]
+    assert dense["shadow"] < dense["live"] - 0.02 and not dense["ok"], dense
+    assert "kbsync: rebuild refused: dense: nDCG@10" in err
+    assert report["shadow"]["embedding"]["dimension"] == 4
+    assert report["live"]["embedding"]["dimension"] == 384
+    assert _pointer(home) is None
+    assert "kbsync__r1" not in _collections(home)  # the refused shadow is discarded
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync" and stats["namespaces"]["default"]["documents"] == \
+        len(TOPICS), err
+
+
+def _start(env: dict, *args: str, log: Path) -> subprocess.Popen:
+    with log.open("wb") as sink:
+        return subprocess.Popen([KBSYNC, *args], env=env, stdout=subprocess.PIPE, stderr=sink,
+                                start_new_session=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, "the rebuild ended before its shadow appeared"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_kill_9_during_rebuild_leaves_live_serving_and_resumes(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home, KBSYNC_FILES_PER_BATCH="8")
+    share, queries = _share(tmp_path / "share", 240, filler=6), _queries(tmp_path / "q.jsonl")
+    code, first, err = run_kbsync(env, "ingest", f"share={share}", "--json")
+    assert code == 0 and first["added"] == 240, err
+    new = {**env, "KBSYNC_CHUNK_TOKENS": "48", "KBSYNC_CHUNK_OVERLAP": "8"}
+    proc = _start(new, "rebuild", "--queries", str(queries), "--json", log=tmp_path / "1.err")
+    _wait_for(home / "qdrant" / "kbsync__r1", proc)
+    time.sleep(1.0)  # into the shadow's batches
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert _pointer(home) is None  # the swap never happened: live untouched
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync", err
+    assert stats["namespaces"]["default"]["documents"] == 240
+    code, hits, err = run_kbsync(env, "search", "orchard guide number 3", "--json")
+    assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
+
+    code, report, err = run_kbsync(new, "rebuild", "--queries", str(queries), "--json")
+    assert code == 0 and report["swapped"], err
+    assert report["plan"]["shadow"] == "kbsync__r1" and report["plan"]["resumed"]
+    assert report["ingest"]["default"]["added"] < 240  # what the killed run stored stays
+    assert report["state"]["matches"]
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync__r1", err
+    assert stats["namespaces"]["default"]["documents"] == 240
+
+
+@pytest.mark.slow
+def test_changes_during_a_rebuild_reach_the_shadow_and_search_stays_up(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home, KBSYNC_FILES_PER_BATCH="8")
+    share, queries = _share(tmp_path / "share", 240, filler=6), _queries(tmp_path / "q.jsonl")
+    code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
+    assert code == 0, err
+    new = {**env, "KBSYNC_CHUNK_TOKENS": "48", "KBSYNC_CHUNK_OVERLAP": "8"}
+    proc = _start(new, "rebuild", "--queries", str(queries), "--json", log=tmp_path / "r.err")
+    _wait_for(home / "qdrant" / "kbsync__r1", proc)
+    # Search is served by the live collection meanwhile (through the rebuild's relay).
+    code, hits, err = run_kbsync(env, "search", "orchard guide number 3", "--json")
+    assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
+    # A sync of the embedded store waits for the rebuild (one writer); it is refused at
+    # once without KBSYNC_LOCK_TIMEOUT_S, naming the rebuild.
+    write_tree(share, {"late/zeppelin.md": "# zeppelin\n\nThe zeppelin hangar manual."})
+    code, out, err = run_kbsync(env, "ingest", f"share={share}", "--json")
+    assert code == 1 and out["error"]["kind"] == "LockHeld" and "rebuild" in err, err
+    stdout, _ = proc.communicate(timeout=600)
+    report = json.loads(stdout)
+    assert proc.returncode == 0 and report["swapped"], (tmp_path / "r.err").read_text()
+    assert report["state"]["matches"]
+    code, hits, err = run_kbsync(env, "search", "zeppelin hangar manual", "--json")
+    assert code == 0 and hits["results"][0]["doc_id"] == "share/late/zeppelin.md", err
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync__r1", err
+    assert stats["namespaces"]["default"]["documents"] == 241
