@@ -39,7 +39,8 @@ def test_prefect_deploy_reads_every_deployment():
     from rich.console import Console
 
     configs, actions = _load_deploy_configs_and_actions(PREFECT_FILE, console=Console())
-    assert [c["name"] for c in configs] == ["nightly-sync", "backfill", "ci-reindex", "evaluate"]
+    assert [c["name"] for c in configs] == ["nightly-sync", "backfill", "ci-reindex", "evaluate",
+                                            "rebuild"]
     # No pull step: `prefect deploy` records the directory it ran in (see prefect.yaml).
     assert actions["pull"] is None
     for config in configs:
@@ -178,6 +179,25 @@ def test_serve_builds_the_same_deployments(monkeypatch):
         == ingest_schema()
 
 
+def test_rebuild_is_an_on_demand_deployment_one_at_a_time():
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools import validate
+
+    from flows.rebuild import rebuild
+
+    spec = specs()["rebuild"]
+    assert spec["entrypoint"] == "flows/rebuild.py:rebuild"
+    assert not spec.get("schedules") and not spec.get("triggers")
+    assert spec["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+    schema = parameter_schema(rebuild).model_dump_for_openapi()
+    assert schema["required"] == ["queries_file"]
+    assert set(schema["properties"]) == {"queries_file", "namespace", "max_drop", "modes", "k",
+                                         "build"}
+    validate(spec["parameters"], schema, raise_on_error=True, ignore_required=False)
+    assert (ROOT / spec["parameters"]["queries_file"]).is_file()
+    assert "build" in spec["description"] and "rollback" in spec["description"]
+
+
 def test_serve_refuses_unknown_names_and_conflicting_envs():
     from deployments.serve import select, shared_env
 
@@ -213,7 +233,7 @@ def test_every_run_heartbeats_and_the_crash_automation_outlasts_missed_ones():
     # Only kbsync's flows (the per-root subflow too): other flows keep their own rules.
     assert trigger.match_related.model_dump() == {
         "prefect.resource.role": "flow",
-        "prefect.resource.name": ["ingest", "ingest-root", "evaluate"]}
+        "prefect.resource.name": ["ingest", "ingest-root", "evaluate", "rebuild"]}
     (action,) = crash.actions
     assert (action.type, action.state, action.force) == (
         "change-flow-run-state", StateType.CRASHED, False)  # never overrides a final state
