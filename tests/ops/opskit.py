@@ -1,4 +1,4 @@
-"""Process and API plumbing for the deploy-and-run tests (test_deploy_e2e.py, test_ui_browser.py)."""
+"""Process and API plumbing for the tests that run a real Prefect server (tests/ops)."""
 
 from __future__ import annotations
 
@@ -140,12 +140,14 @@ def cli(stack: Stack, *args: str, timeout: float = 120, env: dict | None = None)
 
 
 @contextmanager
-def deployed_stack(tmp: Path, deploy_args: list[str], *, ui: bool = False) -> Iterator[Stack]:
-    """Server + work pool + ``prefect deploy DEPLOY_ARGS`` from prefect.yaml + a process worker.
+def server_stack(tmp: Path, *, ui: bool = False, server_env: dict[str, str] | None = None,
+                 worker_env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """A bare ``prefect server start`` on 127.0.0.1, healthy, stopped on exit.
 
-    The worker serves the ``default`` queue only. With ``ui`` the server also serves the
-    Prefect UI at the API's origin (``Stack.api`` without ``/api``). Every process is
-    stopped on exit, its descendants included, by pid; everything listens on 127.0.0.1.
+    ``server_env`` is added to the server's environment only (services to turn off);
+    ``worker_env`` to what flow runs see, on top of a private ``KBSYNC_HOME`` and the
+    ``hash`` embedder. With ``ui`` the server also serves the Prefect UI at the API's
+    origin (``Stack.api`` without ``/api``).
     """
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -154,45 +156,65 @@ def deployed_stack(tmp: Path, deploy_args: list[str], *, ui: bool = False) -> It
                PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_SERVER_UI_ENABLED=str(ui).lower(), PREFECT_CLI_PROMPT="false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    server_env = {**env, **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false"
-                            for name in ("LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS")}}
-    worker_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
-                  "PREFECT_WORKER_QUERY_SECONDS": "1"}
-    procs: list[subprocess.Popen] = []
+    flow_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
+                "PREFECT_WORKER_QUERY_SECONDS": "1", **(worker_env or {})}
+    server_log = tmp / "server.log"
+    proc = start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
+                  "--no-scheduler", "--analytics-off", *([] if ui else ["--no-ui"])],
+                 {**env, **(server_env or {})}, server_log)
     http = httpx.Client(base_url=api, timeout=30)
     try:
-        server_log = tmp / "server.log"
-        procs.append(start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                            "--no-scheduler", "--analytics-off", *([] if ui else ["--no-ui"])],
-                           server_env, server_log))
-
         def healthy() -> bool:
-            assert procs[0].poll() is None, f"server exited:\n{tail(server_log)}"
+            assert proc.poll() is None, f"server exited:\n{tail(server_log)}"
             try:
                 return http.get("/health").status_code == 200
             except httpx.TransportError:
                 return False
 
         wait_for(healthy, 150, "the Prefect server")
-        stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
-        made = cli(stack, "work-pool", "create", POOL, "--type", "process")
-        assert made.returncode == 0, made.stdout + made.stderr
+        yield Stack(api=api, env=env, worker_env=flow_env, tmp=tmp, http=http)
+    finally:
+        stop(proc)
+        http.close()
+
+
+def create_pool(stack: Stack) -> None:
+    """prefect.yaml's work pool (process type)."""
+    made = cli(stack, "work-pool", "create", POOL, "--type", "process")
+    assert made.returncode == 0, made.stdout + made.stderr
+
+
+def deploy(stack: Stack, deploy_args: list[str]) -> None:
+    """``prefect deploy DEPLOY_ARGS`` from prefect.yaml."""
+    deployed = cli(stack, "deploy", *deploy_args, timeout=240)
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+
+
+@contextmanager
+def deployed_stack(tmp: Path, deploy_args: list[str], *, ui: bool = False) -> Iterator[Stack]:
+    """Server + work pool + ``prefect deploy DEPLOY_ARGS`` from prefect.yaml + a process worker.
+
+    The worker serves the ``default`` queue only. Every process is stopped on exit, its
+    descendants included, by pid; everything listens on 127.0.0.1.
+    """
+    quiet = {f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false"
+             for name in ("LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS")}
+    with server_stack(tmp, ui=ui, server_env=quiet) as stack:
+        create_pool(stack)
         # The worker starts while `prefect deploy` runs. It serves the `default` queue only, so
         # evaluate runs (queue `evaluate`) wait to be inspected instead of being executed here.
         worker_log = tmp / "worker.log"
-        procs.append(start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
-                            "--work-queue", "default"], worker_env, worker_log))
-        deployed = cli(stack, "deploy", *deploy_args, timeout=240)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        worker = start([PREFECT, "worker", "start", "--pool", POOL, "--type", "process",
+                        "--work-queue", "default"], stack.worker_env, worker_log)
+        try:
+            deploy(stack, deploy_args)
 
-        def worker_online() -> bool:
-            assert procs[1].poll() is None, f"worker exited:\n{tail(worker_log)}"
-            workers = stack.post(f"/work_pools/{POOL}/workers/filter")
-            return any(w["status"] == "ONLINE" for w in workers)
+            def worker_online() -> bool:
+                assert worker.poll() is None, f"worker exited:\n{tail(worker_log)}"
+                workers = stack.post(f"/work_pools/{POOL}/workers/filter")
+                return any(w["status"] == "ONLINE" for w in workers)
 
-        wait_for(worker_online, 60, "the worker")
-        yield stack
-    finally:
-        for proc in reversed(procs):
-            stop(proc)
-        http.close()
+            wait_for(worker_online, 60, "the worker")
+            yield stack
+        finally:
+            stop(worker)

@@ -10,17 +10,14 @@ and the heartbeat at Prefect's minimum (30 s), so the test waits a minute, not f
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
 
-import httpx
 import pytest
 import yaml
-
-from opskit import BIN, PREFECT, ROOT, Stack, free_port, start, stop, tail, wait_for
+from opskit import ROOT, Stack, server_stack, start, stop, tail, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -37,31 +34,8 @@ INGEST = ("import sys; from flows.ingest import ingest; "
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A bare ``prefect server start`` (its triggers and actions services on)."""
-    tmp = tmp_path_factory.mktemp("crash")
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBSYNC_"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(tmp / "prefect"),
-               PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_SERVER_UI_ENABLED="false", PREFECT_CLI_PROMPT="false",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    log = tmp / "server.log"
-    proc = start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                  "--no-scheduler", "--no-ui", "--analytics-off"], env, log)
-    http = httpx.Client(base_url=api, timeout=30)
-    try:
-        def healthy() -> bool:
-            assert proc.poll() is None, f"server exited:\n{tail(log)}"
-            try:
-                return http.get("/health").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(healthy, 150, "the Prefect server")
-        yield Stack(api=api, env=env, worker_env=env, tmp=tmp, http=http)
-    finally:
-        stop(proc)
-        http.close()
+    with server_stack(tmp_path_factory.mktemp("crash")) as stack:
+        yield stack
 
 
 def _register_automation(stack: Stack) -> dict:

@@ -10,17 +10,24 @@ so it runs last.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
 
-import httpx
 import pytest
-
-from opskit import BIN, PREFECT, ROOT, Stack, cli, free_port, start, stop, tail, wait_for
+from opskit import (
+    ROOT,
+    cli,
+    create_pool,
+    deploy,
+    server_stack,
+    start,
+    stop,
+    tail,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,38 +39,10 @@ STOP_BOUND_S = 15   # a few seconds on a busy 2-core machine (idle serve.py: ~3 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """Server + the kbsync pool + the backfill deployment from prefect.yaml."""
-    tmp = tmp_path_factory.mktemp("stop")
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KBSYNC_"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PREFECT_HOME=str(tmp / "prefect"),
-               PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_SERVER_UI_ENABLED="false", PREFECT_CLI_PROMPT="false",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    worker_env = {**env, "KBSYNC_HOME": str(tmp / "kbsync-home"), "KBSYNC_EMBED_PROVIDER": "hash",
-                  "PREFECT_WORKER_QUERY_SECONDS": "1", "PYTHONUNBUFFERED": "1"}
-    log = tmp / "server.log"
-    proc = start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port),
-                  "--no-scheduler", "--no-ui", "--analytics-off"], env, log)
-    http = httpx.Client(base_url=api, timeout=30)
-    try:
-        def healthy() -> bool:
-            assert proc.poll() is None, f"server exited:\n{tail(log)}"
-            try:
-                return http.get("/health").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(healthy, 150, "the Prefect server")
-        stack = Stack(api=api, env=env, worker_env=worker_env, tmp=tmp, http=http)
-        made = cli(stack, "work-pool", "create", POOL, "--type", "process")
-        assert made.returncode == 0, made.stdout + made.stderr
-        deployed = cli(stack, "deploy", "-n", "backfill", timeout=240)
-        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    with server_stack(tmp_path_factory.mktemp("stop"), worker_env={"PYTHONUNBUFFERED": "1"}) as stack:
+        create_pool(stack)
+        deploy(stack, ["-n", "backfill"])
         yield stack
-    finally:
-        stop(proc)
-        http.close()
 
 
 def _stopped_within(proc: subprocess.Popen, bound_s: float) -> tuple[int, float]:
