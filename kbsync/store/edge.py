@@ -17,8 +17,9 @@ Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
   which is where the dimension of an existing collection is read from;
 - ``MatchValue(True)`` never matches a stored bool (see ``edge_query``, which
   holds the filter, config and query translation);
-- ``optimize()`` builds HNSW indexes in-process and holds the GIL: call
-  :meth:`EdgeStore.optimize` after bulk loads, never on a request path.
+- there is no background optimizer and ``optimize()`` holds the GIL; kbsync
+  collections never build HNSW graphs (``edge_query.INDEXING_THRESHOLD_KB``, set on
+  create and on load), so :meth:`EdgeStore.optimize` only vacuums and merges.
 
 Hybrid search: a collection made with ``sparse=True`` has the ``SPARSE``
 vector (IDF modifier) in its ``sparse_vectors``; an older shard gets it added
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 _CONFIG_FILE = eq.CONFIG_FILE
 _LOCK_FILE = ".lock"
 _WRITE_BATCH = 1024  # points per update call: bounds one call's memory, not durability
+# The engine flushes only when asked and truncates its WAL only then: without a flush a
+# first ingest of 1M chunks kept ~6 GB of WAL (and a crash would replay all of it).
+_FLUSH_EVERY = 65_536  # points upserted into a shard between flushes (~1 s each)
 
 
 @dataclass
@@ -68,10 +72,15 @@ class _Shard:
     dimension: int
     sparse: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    unflushed: int = 0  # points upserted since the last flush (under ``lock``)
 
 
-def _load_shard(folder: Path, name: str) -> Any:
-    """Open a shard folder; a folder the engine cannot read is ``StoreDrift`` (one line).
+def _load_shard(folder: Path, name: str, config: Any) -> Any:
+    """Open a shard folder with ``config`` (``edge_query.collection_config`` of its
+    persisted dimension and sparse vector: the engine checks it against the segments and
+    rewrites ``edge_config.json``, so an older shard gets the optimizer settings).
+
+    A folder the engine cannot read is ``StoreDrift`` (one line).
 
     Seen with qdrant-edge-py 0.9.0 on a segment's id tracker overwritten with
     garbage ("Corrupted ID tracker mapping"); a *truncated* id tracker loads and
@@ -79,7 +88,7 @@ def _load_shard(folder: Path, name: str) -> Any:
     """
     try:
         with _errors("load", name):
-            return qe.EdgeShard.load(str(folder))
+            return qe.EdgeShard.load(str(folder), config)
     except StoreUnavailable:
         raise
     except StoreError as exc:
@@ -153,7 +162,7 @@ class EdgeStore:
                 return None
             dimension, sparse = eq.read_config(folder, name)
             diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
-            shard = _load_shard(folder, name)
+            shard = _load_shard(folder, name, eq.collection_config(dimension, sparse=sparse))
             handle = self._shards[name] = _Shard(shard, dimension, sparse)
             return handle
 
@@ -234,6 +243,10 @@ class EdgeStore:
             batch = [eq.edge_point(p) for p in valid[start:start + _WRITE_BATCH]]
             with handle.lock, _errors("upsert", name):
                 handle.shard.update(qe.UpdateOperation.upsert_points(batch))
+                handle.unflushed += len(batch)
+                if handle.unflushed >= _FLUSH_EVERY:
+                    handle.shard.flush()
+                    handle.unflushed = 0
 
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids and a missing collection are ignored."""
@@ -379,9 +392,10 @@ class EdgeStore:
 
     # --- extras -------------------------------------------------------------
     def optimize(self, name: str | None = None) -> bool:
-        """Merge segments and build HNSW indexes (all open collections when ``name`` is None).
+        """Vacuum deleted points and merge segments (all open collections when ``name`` is None).
 
-        Blocking and GIL-holding: run it after a bulk load, not while serving.
+        No HNSW graph is built (see ``edge_query.INDEXING_THRESHOLD_KB``). Blocking and
+        GIL-holding, for about a copy of the segments it rewrites: not on a request path.
         Returns whether anything was optimized.
         """
         with self._lock:

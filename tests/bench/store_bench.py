@@ -11,12 +11,19 @@ also measured after ``optimize()`` (HNSW build), which a bulk load would run.
 Each case runs in its own process so peak RSS belongs to that case alone.
 Local mode is skipped above ``--local-max`` points (it commits every point to
 sqlite; 100k takes many minutes), and the table says so.
+
+    python tests/bench/store_bench.py --scale 1000000
+
+runs the scale case instead (``store_scale.py``): the chunk collection layout with
+sparse vectors, a reader thread searching during the load, dense and hybrid
+filtered search, reopen and peak RSS, printed beside issue 15's targets.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
@@ -180,11 +187,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapters", default="edge,local")
     parser.add_argument("--local-max", type=int, default=20000,
                         help="skip local mode above this many points")
+    parser.add_argument("--scale", type=int, metavar="N",
+                        help="run only the scale case at N points (edge; see store_scale.py)")
+    parser.add_argument("--queries", type=int, default=QUERIES, help="searches per measure")
     parser.add_argument("--one", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:  # child process: one case, JSON on stdout
-        print(json.dumps(run_case(args.one[0], int(args.one[1]))))
+        if args.one[0] == "scale":
+            from store_scale import run_scale
+
+            print(json.dumps(run_scale(int(args.one[1]), args.queries)))
+        else:
+            print(json.dumps(run_case(args.one[0], int(args.one[1]))))
         return 0
+    if args.scale:
+        return _scale(args.scale, args.queries)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for kind in args.adapters.split(","):
@@ -203,6 +220,23 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             print(f"{kind} {size:,}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
     print_table(rows)
+    return 0
+
+
+def _scale(size: int, queries: int) -> int:
+    """The scale case in a child process (so its peak RSS is the store's alone)."""
+    from store_scale import print_scale
+
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--one", "scale", str(size),
+                           "--queries", str(queries)],
+                          stdout=subprocess.PIPE, text=True, check=False)  # progress: stderr
+    if proc.returncode != 0:
+        print(f"scale case failed rc={proc.returncode}", file=sys.stderr)
+        return proc.returncode
+    print_scale(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(f"\nwall time of the run: {time.perf_counter() - t0:.0f}s; load average at the end: "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 

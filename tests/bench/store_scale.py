@@ -1,0 +1,253 @@
+"""The 1M-chunk case of ``store_bench.py --scale N`` (a script helper, not a test).
+
+One child process loads ``N`` chunk-like points into a fresh embedded store (the
+chunk collection layout of ``Runtime.ensure_collection``: keyword, bool and range
+indexes, the IDF sparse vector) and measures, against issue 15's targets:
+
+- bulk upsert throughput over the whole load (store time, and wall time with the
+  point generation), and the slowest 10% window of it (is it *sustained*?);
+- search p50/p95 of a reader thread that runs namespace-filtered dense and
+  hybrid searches during the load (one search every ``READER_PAUSE_S``; the
+  relay serves other processes' readers from a thread of the writer the same way);
+- namespace-filtered dense and hybrid search p50/p95 on the loaded store
+  (``namespace_filter``: namespace + not ``embedding_failed``; ``LIMIT`` results,
+  hybrid with ``LIMIT`` candidates per prefetch, as ``search()`` asks for k=5);
+- reopen (open + first count + first search) and peak RSS of the process.
+
+Points are generated batch by batch (nothing kept), with search_bench's payload,
+text and sparse vectors (the texts from a pool: see :func:`text_pool`). ``optimize()`` is not called (kbsync never calls it on
+the ingest path): the figures are those of the store as an ingest leaves it.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import search_bench as sb
+from store_bench import DIM, NAMESPACES, _dir_mb, _rss_mb
+
+COLLECTION = "bench"
+BATCH = 1024  # one engine update call (EdgeStore._WRITE_BATCH)
+LIMIT = 20  # search() asks for k * CANDIDATE_FACTOR = 20 at k=5
+READER_PAUSE_S = 0.05
+WINDOW = 10  # throughput windows over the load
+TEXT_POOL = 8192
+
+
+def _pct(times: list[float]) -> tuple[float, float]:
+    if not times:
+        return float("nan"), float("nan")
+    times = sorted(times)
+    return statistics.median(times), times[max(0, int(len(times) * 0.95) - 1)]
+
+
+def _rss_split() -> str:
+    """Anonymous / file-backed RSS now (the engine maps its files; both count in RSS)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    anon, mapped = (int(fields[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile"))
+    return f"anon {anon:.0f} + file {mapped:.0f} MiB"
+
+
+def text_pool(rnd, words, weights) -> list[tuple[str, object]]:
+    """``TEXT_POOL`` (text, BM25 sparse vector) pairs, used in turn by the points.
+
+    Generating and encoding a text per point took two thirds of the load's wall time
+    on the busy machine; the store sees the same shapes either way (dense vectors
+    stay unique; texts repeat every ``TEXT_POOL`` points, which only makes IDF flatter).
+    """
+    from kbsync.text.sparse import encode_document
+
+    texts = [sb._text(i, rnd, words, weights) for i in range(TEXT_POOL)]
+    return [(t, encode_document(t)) for t in texts]
+
+
+def _batch(start: int, stop: int, rng, pool) -> list:
+    from kbsync.store import Point
+
+    vectors = rng.standard_normal((stop - start, DIM), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    points = []
+    for offset, i in enumerate(range(start, stop)):
+        text, sparse = pool[i % len(pool)]
+        ns = f"ns-{i % NAMESPACES}"
+        doc = i // 20
+        payload = {"namespace": ns, "doc_id": f"{ns}/doc-{doc}.md", "chunk_index": i % 20,
+                   "text": text, "heading_path": "Chapter > Section", "page_start": None,
+                   "page_end": None, "path": f"/data/{ns}/doc-{doc}.md", "title": f"Doc {doc}",
+                   "content_hash": uuid.uuid5(uuid.NAMESPACE_OID, str(doc)).hex,
+                   "embedding_failed": False, **sb._filter_fields(doc)}
+        points.append(Point(str(uuid.UUID(int=i + 1)), payload, vectors[offset].tolist(),
+                            sparse))
+    return points
+
+
+class _Queries:
+    """Unit dense query vectors, sparse queries and namespaces, cycled."""
+
+    def __init__(self, n: int, words: list[str]) -> None:
+        from kbsync.text.sparse import encode_query
+
+        rng = np.random.default_rng(7)
+        rnd = random.Random(7)
+        dense = rng.standard_normal((n, DIM), dtype=np.float32)
+        dense /= np.linalg.norm(dense, axis=1, keepdims=True)
+        self.items = [(dense[j].tolist(),
+                       encode_query(" ".join(rnd.choices(words[:2000], k=rnd.randint(2, 5)))),
+                       f"ns-{rnd.randrange(NAMESPACES)}") for j in range(n)]
+
+    def run(self, store, j: int, mode: str) -> float:
+        """One namespace-filtered search; returns its latency in ms."""
+        from kbsync.query.search import namespace_filter
+
+        dense, sparse, ns = self.items[j % len(self.items)]
+        flt = namespace_filter(ns)
+        t0 = time.perf_counter()
+        if mode == "dense":
+            hits = store.search(COLLECTION, dense, limit=LIMIT, flt=flt)
+        else:
+            hits = store.hybrid_search(COLLECTION, dense, sparse, limit=LIMIT, flt=flt,
+                                       candidate_limit=LIMIT)
+        took = (time.perf_counter() - t0) * 1000
+        assert all(h.payload["namespace"] == ns for h in hits)
+        return took
+
+
+def _reader(store, queries: _Queries, stop: threading.Event, out: dict) -> None:
+    j = 0
+    while not stop.is_set():
+        mode = "dense" if j % 2 == 0 else "hybrid"
+        out[mode].append(queries.run(store, j, mode))
+        j += 1
+        stop.wait(READER_PAUSE_S)
+
+
+def _load(store, size: int, pool, log) -> dict:
+    rng = np.random.default_rng(42)
+    spent, windows, window_spent = 0.0, [], 0.0
+    step = max(BATCH, size // WINDOW)
+    t_wall = time.perf_counter()
+    for start in range(0, size, BATCH):
+        points = _batch(start, min(start + BATCH, size), rng, pool)
+        t0 = time.perf_counter()
+        store.upsert(COLLECTION, points)
+        took = time.perf_counter() - t0
+        spent += took
+        window_spent += took
+        done = min(start + BATCH, size)
+        if done % step < BATCH or done == size:
+            windows.append((done, window_spent))
+            log(f"{done:,} points: store {spent:.0f}s, wall {time.perf_counter() - t_wall:.0f}s, "
+                f"RSS {_rss_split()}")
+            window_spent = 0.0
+    sizes = [b - a for a, b in zip([0] + [w[0] for w in windows], [w[0] for w in windows])]
+    return {"upsert_pts_s": size / spent, "load_wall_s": time.perf_counter() - t_wall,
+            "load_store_s": spent,
+            "upsert_min_window_pts_s": min(n / s for n, (_, s) in zip(sizes, windows) if s)}
+
+
+def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.stderr)) -> dict:
+    """Load ``size`` points with a reader thread running, then measure; see module doc."""
+    from kbsync.ingest.write import (
+        CHUNK_BOOL_INDEXES,
+        CHUNK_INDEXES,
+        CHUNK_INTEGER_INDEXES,
+    )
+    from kbsync.store.edge import EdgeStore
+
+    words, weights = sb._vocabulary(random.Random(42))
+    queries = _Queries(n_queries, words)
+    pool = text_pool(random.Random(42), words, weights)
+    workdir = Path(tempfile.mkdtemp(prefix="kbsync-scale-bench-"))
+    row: dict = {"kind": "edge", "size": size}
+    t_case = time.perf_counter()
+    try:
+        store = EdgeStore(workdir)
+        store.ensure_collection(COLLECTION, dimension=DIM, keyword_indexes=CHUNK_INDEXES,
+                                sparse=True, bool_indexes=CHUNK_BOOL_INDEXES,
+                                integer_indexes=CHUNK_INTEGER_INDEXES)
+        during: dict = {"dense": [], "hybrid": []}
+        stop = threading.Event()
+        reader = threading.Thread(target=_reader, args=(store, queries, stop, during))
+        reader.start()
+        try:
+            row.update(_load(store, size, pool, log))
+        finally:
+            stop.set()
+            reader.join()
+        row["during_n"] = len(during["dense"]) + len(during["hybrid"])
+        row["during_dense_p50_ms"], row["during_dense_p95_ms"] = _pct(during["dense"])
+        row["during_hybrid_p50_ms"], row["during_hybrid_p95_ms"] = _pct(during["hybrid"])
+        row["during_p95_ms"] = _pct(during["dense"] + during["hybrid"])[1]
+        assert store.count(COLLECTION) == size
+        row["segments"] = store._require(COLLECTION).shard.info().segments_count  # no public API
+        for mode in ("dense", "hybrid"):
+            times = [queries.run(store, j, mode) for j in range(n_queries + 10)][10:]
+            row[f"{mode}_p50_ms"], row[f"{mode}_p95_ms"] = _pct(times)
+        row["rss_loaded_mb"] = _rss_mb()[0]
+        t0 = time.perf_counter()
+        store.close()
+        row["close_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        store = EdgeStore(workdir)
+        assert store.count(COLLECTION) == size
+        queries.run(store, 0, "dense")
+        row["reopen_s"] = time.perf_counter() - t0
+        times = [queries.run(store, j, "dense") for j in range(50)]
+        row["reopened_dense_p50_ms"] = _pct(times)[0]
+        store.close()
+        row["rss_now_mb"], row["rss_peak_mb"] = _rss_mb()
+        row["disk_mb"] = _dir_mb(workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    row["case_s"] = time.perf_counter() - t_case
+    return row
+
+
+TARGETS = [  # (figure, key, format, target text, passes)
+    ("bulk upsert, store time (pts/s)", "upsert_pts_s", "{:,.0f}", ">= 5,000",
+     lambda v: v >= 5000),
+    ("bulk upsert, slowest tenth of the load (pts/s)", "upsert_min_window_pts_s", "{:,.0f}",
+     ">= 5,000", lambda v: v >= 5000),
+    ("load wall time incl. point generation (s)", "load_wall_s", "{:.0f}", "-", None),
+    ("dense search p50 / p95 (ms)", ("dense_p50_ms", "dense_p95_ms"), "{:.1f}", "<= 20 / 50",
+     lambda a, b: a <= 20 and b <= 50),
+    ("hybrid search p50 / p95 (ms)", ("hybrid_p50_ms", "hybrid_p95_ms"), "{:.1f}", "<= 20 / 50",
+     lambda a, b: a <= 20 and b <= 50),
+    ("search p95 during the load, dense + hybrid (ms)", "during_p95_ms", "{:.1f}", "<= 100",
+     lambda v: v <= 100),
+    ("  of which dense p50 / p95 (ms)", ("during_dense_p50_ms", "during_dense_p95_ms"), "{:.1f}",
+     "-", None),
+    ("  of which hybrid p50 / p95 (ms)", ("during_hybrid_p50_ms", "during_hybrid_p95_ms"),
+     "{:.1f}", "-", None),
+    ("reopen: open + count + first search (s)", "reopen_s", "{:.2f}", "<= 2", lambda v: v <= 2),
+    ("peak RSS of the process (MiB)", "rss_peak_mb", "{:,.0f}", "<= 4,096", lambda v: v <= 4096),
+    ("RSS after the load (MiB)", "rss_loaded_mb", "{:,.0f}", "-", None),
+    ("segments after the load", "segments", "{}", "-", None),
+    ("close (flush) (s)", "close_s", "{:.1f}", "-", None),
+    ("disk (MiB)", "disk_mb", "{:,.0f}", "-", None),
+]
+
+
+def print_scale(row: dict) -> None:
+    """The figures beside issue 15's targets, one Markdown table."""
+    print(f"{row['size']:,} chunks, dim {DIM}, {NAMESPACES} namespaces, sparse vectors; "
+          f"{row.get('during_n', 0)} searches during the load; case took {row['case_s']:.0f}s\n")
+    print("| figure | measured | target | met |")
+    print("|---|---:|---:|---|")
+    for label, key, fmt, target, check in TARGETS:
+        keys = key if isinstance(key, tuple) else (key,)
+        values = [row.get(k) for k in keys]
+        if any(v is None for v in values):
+            print(f"| {label} | - | {target} | - |")
+            continue
+        met = "-" if check is None else ("yes" if check(*values) else "**no**")
+        print(f"| {label} | {' / '.join(fmt.format(v) for v in values)} | {target} | {met} |")
