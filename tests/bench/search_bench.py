@@ -23,9 +23,12 @@ the fields and indexes of a real chunk collection (``build_points``,
 ``Runtime.ensure_collection``). ``x`` is the filtered p50 over the unfiltered
 p50 of the same measure (target: at most 2).
 
-Both are measured on the freshly loaded store and again after ``optimize()``
-(HNSW build), which a bulk load may run. Latencies are p50/p95 over
-``--queries`` queries (after 10 warm-up queries), in milliseconds.
+Measured on the store as an ingest leaves it: edge collections build no HNSW
+graph since issue 15 (``kbsync.store.edge_query.INDEXING_THRESHOLD_KB``), so
+the former "after ``optimize()``" measure is gone. Latencies are p50/p95 over
+``--queries`` queries (after 10 warm-up queries), in milliseconds. Any size
+runs (``--sizes 1000000``); throughput, search during writes, reopen and RSS at
+1M are ``store_bench.py --scale 1000000``.
 """
 
 from __future__ import annotations
@@ -214,7 +217,7 @@ def _check_filtered(hits, filters) -> None:
 
 
 def run(size: int, n_queries: int, k: int) -> dict:
-    """Load one store of ``size`` points and measure it before and after optimize()."""
+    """Load one store of ``size`` points and measure it."""
     from kbsync.store.edge import EdgeStore
     from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
 
@@ -235,10 +238,6 @@ def run(size: int, n_queries: int, k: int) -> dict:
             row["load_s"] = time.perf_counter() - t0
             service = FixedDimService()
             row["fresh"] = measure(store, service, queries, k)
-            t0 = time.perf_counter()
-            store.optimize()
-            row["optimize_s"] = time.perf_counter() - t0
-            row["optimized"] = measure(store, service, queries, k)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return row
@@ -251,7 +250,7 @@ def print_rows(rows: list[dict], k: int) -> None:
     print("| chunks | state | measure | filter | p50 ms | p95 ms | x unfiltered p50 |")
     print("|---:|---|---|---|---:|---:|---:|")
     for row in rows:
-        for state in ("fresh", "optimized"):
+        for state in ("fresh",):
             for key, (p50, p95) in row[state].items():
                 level, mode, name = key.rsplit(" ", 2)
                 base = row[state][f"{level} {mode} none"][0]
@@ -260,7 +259,7 @@ def print_rows(rows: list[dict], k: int) -> None:
     print()
     for row in rows:
         print(f"{row['size']:,} chunks: load {row['load_s']:.0f}s (upsert "
-              f"{row['upsert_pts_s']:,.0f} pts/s), optimize {row['optimize_s']:.1f}s")
+              f"{row['upsert_pts_s']:,.0f} pts/s)")
 
 
 def main(argv: list[str] | None = None) -> int:

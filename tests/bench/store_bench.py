@@ -6,8 +6,9 @@ For each size and adapter (``edge``: qdrant-edge-py; ``local``: qdrant-client
 local mode) a fresh child process loads ``size`` random unit vectors (dim 384,
 10 namespaces, chunk-like payloads) in upsert batches of 256, then measures
 namespace-filtered search latency over 200 queries, the time to close and
-reopen the store (open + first count + first search), and its memory. Edge is
-also measured after ``optimize()`` (HNSW build), which a bulk load would run.
+reopen the store (open + first count + first search), and its memory. (Edge
+collections build no HNSW graph since issue 15, so there is no "after optimize()"
+measure any more: see ``kbsync.store.edge_query.INDEXING_THRESHOLD_KB``.)
 Each case runs in its own process so peak RSS belongs to that case alone.
 Local mode is skipped above ``--local-max`` points (it commits every point to
 sqlite; 100k takes many minutes), and the table says so.
@@ -136,11 +137,6 @@ def run_case(kind: str, size: int) -> dict:
         out["upsert_pts_s"] = size / spent
         assert store.count(COLLECTION) == size
         out["search_p50_ms"], out["search_p95_ms"] = _search_ms(store, queries, rnd)
-        if kind == "edge":
-            t0 = time.perf_counter()
-            store.optimize()
-            out["optimize_s"] = time.perf_counter() - t0
-            out["opt_p50_ms"], out["opt_p95_ms"] = _search_ms(store, queries, rnd)
         out["rss_loaded_mb"], _ = _rss_mb()
         store.close()
         t0 = time.perf_counter()
@@ -160,8 +156,7 @@ COLUMNS = [
     ("adapter", "kind", "{}"), ("points", "size", "{:,}"),
     ("upsert pts/s", "upsert_pts_s", "{:,.0f}"),
     ("search p50 ms", "search_p50_ms", "{:.2f}"), ("p95 ms", "search_p95_ms", "{:.2f}"),
-    ("optimize s", "optimize_s", "{:.1f}"), ("opt p50 ms", "opt_p50_ms", "{:.2f}"),
-    ("opt p95 ms", "opt_p95_ms", "{:.2f}"), ("reopen s", "reopen_s", "{:.2f}"),
+    ("reopen s", "reopen_s", "{:.2f}"),
     ("RSS loaded MiB", "rss_loaded_mb", "{:.0f}"), ("RSS peak MiB", "rss_peak_mb", "{:.0f}"),
     ("disk MiB", "disk_mb", "{:.0f}"),
 ]
