@@ -9,6 +9,14 @@
 - the write lock is :func:`tasks.locking.run_lock` (a Prefect concurrency limit
   on a Qdrant server, and the lock file);
 - progress is a Prefect progress artifact per root.
+
+On Dask process workers with the embedded store (which admits one process per
+folder), the workers do only what opens no store (:data:`kbsync.ingest.steps.STORE_FREE`):
+a batch's convert -> chunk -> embed runs as its ``batch ROOT n/N`` task on a
+worker (:func:`kbsync.ingest.steps.prepare`), and its write runs as a ``write ROOT
+n/N`` task in this process when the runner gathers it, in batch order
+(:func:`kbsync.ingest.steps.write`: upsert, delete stale, state last, per
+document). Every other step runs here too.
 """
 
 from __future__ import annotations
@@ -23,13 +31,14 @@ from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
 from kbsync.errors import FilesFailed
+from kbsync.ingest import steps
 from kbsync.ingest.executor import CONTEXT
 from kbsync.settings import Settings
 from tasks.artifacts import report_progress, start_progress
 from tasks.ingest_tasks import TASK_OF
 from tasks.locking import run_lock
 from tasks.resources import runtime_for
-from tasks.runners import build_task_runner
+from tasks.runners import build_task_runner, workers_reach_store
 
 _bodies: dict[str, Callable[[], dict]] = {}  # a subflow's work, by key (not a parameter)
 _keys = itertools.count()  # next() and dict.pop are atomic under the GIL
@@ -55,6 +64,25 @@ def ingest_root(root_name: str, body_key: str) -> dict:
     return part
 
 
+class _Done:
+    """The handle of a step ``submit`` ran at once in this process (its value)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _WriteHere:
+    """The handle of a batch whose CPU work runs on a worker (``future``) and whose write
+    runs in this process once the runner gathers it."""
+
+    __slots__ = ("future", "label", "namespace", "run_id")
+
+    def __init__(self, future: Any, label: str, namespace: str, run_id: str) -> None:
+        self.future, self.label, self.namespace, self.run_id = future, label, namespace, run_id
+
+
 class PrefectExecutor:
     """Runs the runner's steps as Prefect tasks inside the current flow run."""
 
@@ -64,6 +92,7 @@ class PrefectExecutor:
         self.config = runtime.config
         self.chunk_config = runtime.chunk_config
         self._quote = settings.task_runner == "threads"
+        self._split = not workers_reach_store(settings)
 
     def _args(self, args: Sequence[Any]) -> list[Any]:
         """Task arguments: the settings for CONTEXT, and every value quoted, so Prefect does
@@ -80,14 +109,46 @@ class PrefectExecutor:
         return TASK_OF[step].with_options(task_run_name=label)(*self._args(args))
 
     def submit(self, step: Callable, *args: Any, label: str, after: Sequence[Any] = ()) -> Any:
-        """Submit ``step``'s task to the task runner; the handle is its future."""
+        """Submit ``step``'s task to the task runner; the handle is its future.
+
+        Where the workers cannot reach the store, a batch is split (its CPU work
+        submitted, its write kept for :meth:`gather`) and any other step that needs
+        the store runs at once, here.
+        """
+        if not self._split:
+            return self._submit(step, args, label, after)
+        if step is steps.batch:
+            ctx, chunk_config, items, namespace, run_id = args
+            future = self._submit(steps.prepare, (ctx, chunk_config, items), label, after)
+            return _WriteHere(future, label, namespace, run_id)
+        if step in steps.STORE_FREE:
+            return self._submit(step, args, label, after)
+        return _Done(self.call(step, *args, label=label))
+
+    def _submit(self, step: Callable, args: Sequence[Any], label: str,
+                after: Sequence[Any]) -> Any:
         named = TASK_OF[step].with_options(task_run_name=label)
-        return named.submit(*self._args(args), wait_for=list(after) or None)
+        # A step run at once is done: nothing to wait for (its edge is not drawn).
+        waits = [h for h in after if not isinstance(h, _Done)]
+        return named.submit(*self._args(args), wait_for=waits or None)
 
     def gather(self, handles: Sequence[Any]) -> list[Any]:
-        """Wait for the futures; their results, in order (a failed one raises)."""
-        wait(list(handles))
-        return [h.result() for h in handles]
+        """Wait for the futures; their results, in order (a failed one raises).
+
+        A split batch's write runs here, in the order of ``handles``.
+        """
+        wait([h.future if isinstance(h, _WriteHere) else h for h in handles
+              if not isinstance(h, _Done)])
+        return [self._value(h) for h in handles]
+
+    def _value(self, handle: Any) -> Any:
+        if isinstance(handle, _Done):
+            return handle.value
+        if isinstance(handle, _WriteHere):
+            label = handle.label.replace("batch", "write", 1)
+            return self.call(steps.write, CONTEXT, handle.future.result(), handle.namespace,
+                             handle.run_id, label=label)
+        return handle.result()
 
     def run_root(self, name: str, body: Callable[[], dict]) -> dict:
         """``body`` in an ``ingest-root`` subflow; its summary, even when it ended Failed."""

@@ -22,7 +22,7 @@ from kbsync.ingest import steps
 from kbsync.ingest.stages import StageResult
 from kbsync.settings import Settings
 from kbsync.text.chunk import ChunkConfig
-from tasks.resources import runtime_for
+from tasks.resources import runtime_for, worker_runtime_for
 
 
 def _transient(task, task_run, state) -> bool:
@@ -46,7 +46,7 @@ def _retry(step: Callable) -> dict[str, Any]:
     """Retries for a step of ``steps.RETRIED``: an embedding endpoint gets longer to recover."""
     if step not in steps.RETRIED:
         return {}
-    retries, delay = (2, 5) if step in (steps.embed, steps.heal) else (3, 2)
+    retries, delay = (2, 5) if step in (steps.embed, steps.heal, steps.prepare) else (3, 2)
     return dict(retries=retries, retry_delay_seconds=delay, retry_condition_fn=_transient)
 
 
@@ -102,6 +102,19 @@ def batch(settings: Settings, chunk_config: ChunkConfig, items, namespace: str,
     return _marked(steps.batch(runtime_for(settings), chunk_config, items, namespace, run_id))
 
 
+@task(name="prepare", **COMMON, **_retry(steps.prepare))
+def prepare(settings: Settings, chunk_config: ChunkConfig, items) -> list[StageResult]:
+    """A batch's convert -> chunk -> embed, in a process that opens no store (a Dask
+    worker process; see :func:`kbsync.ingest.steps.prepare`)."""
+    return steps.prepare(worker_runtime_for(settings), chunk_config, items)
+
+
+@task(name="write", **COMMON, **_retry(steps.write))
+def write(settings: Settings, prepared, namespace: str, run_id: str) -> list[StageResult]:
+    """Write a prepared batch, in the process holding the store."""
+    return _marked(steps.write(runtime_for(settings), prepared, namespace, run_id))
+
+
 @task(name="heal", **COMMON, **_retry(steps.heal))
 def heal(settings: Settings, items, namespace: str, run_id: str) -> StageResult:
     """Re-embed the zero-vector chunks of unchanged partial documents."""
@@ -118,6 +131,7 @@ TASK_OF: dict[Callable, Task] = {
     steps.check_identity: check_identity, steps.preflight: preflight,
     steps.record_identity: record_identity, steps.check_collection: check_collection,
     steps.plan: plan, steps.batch: batch, steps.heal: heal, steps.finish_root: finish_root,
+    steps.prepare: prepare, steps.write: write,
 }
 """The task that runs each step the runner hands a Prefect executor (``add_text`` runs in
 process only)."""

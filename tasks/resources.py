@@ -13,11 +13,12 @@ import threading
 
 from pydantic import SecretStr
 
-from kbsync.app.runtime import Runtime
+from kbsync.app.runtime import Runtime, WorkerRuntime
 from kbsync.settings import Settings
 
 _lock = threading.Lock()
 _runtimes: dict[str, Runtime] = {}
+_workers: dict[str, WorkerRuntime] = {}
 
 
 def _key(settings: Settings) -> str:
@@ -41,6 +42,17 @@ def runtime_for(settings: Settings) -> Runtime:
         return runtime
 
 
+def worker_runtime_for(settings: Settings) -> WorkerRuntime:
+    """The process-wide store-free runtime for ``settings`` (a Dask worker process's: it
+    prepares batches for the flow's process, which holds the embedded store)."""
+    key = _key(settings)
+    with _lock:
+        runtime = _workers.get(key)
+        if runtime is None:
+            runtime = _workers[key] = WorkerRuntime.open(settings)
+        return runtime
+
+
 def release(settings: Settings) -> None:
     """Close and forget the runtime of ``settings`` (frees the store folder)."""
     with _lock:
@@ -52,7 +64,8 @@ def release(settings: Settings) -> None:
 @atexit.register
 def _close_all() -> None:
     with _lock:
-        runtimes = list(_runtimes.values())
+        runtimes = [*_runtimes.values(), *_workers.values()]
         _runtimes.clear()
+        _workers.clear()
     for runtime in runtimes:
         runtime.close()

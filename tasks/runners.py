@@ -2,10 +2,11 @@
 
 ``threads`` (default) runs batches in a thread pool in the flow's process.
 ``dask`` hands them to a Dask cluster: an existing scheduler
-(``KBSYNC_DASK_ADDRESS``) or a local one. Each Dask worker process opens its
-own store handle, so process-based workers need a Qdrant server
-(``KBSYNC_QDRANT_URL``): the embedded engine admits one process per folder, and
-with it a local cluster runs its workers as threads of this process.
+(``KBSYNC_DASK_ADDRESS``, which needs a Qdrant server: ``KBSYNC_QDRANT_URL``)
+or a local cluster of ``KBSYNC_TASK_WORKERS`` worker processes. Against a
+Qdrant server each worker opens its own store handle and writes its batches.
+With the embedded store (one process per folder) the workers only convert,
+chunk and embed, and the flow's process writes (see :mod:`flows.executor`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,18 @@ from kbsync.errors import UsageError
 from kbsync.settings import Settings
 
 
+def workers_reach_store(settings: Settings) -> bool:
+    """Whether the task runner's workers may open the store themselves: threads share
+    this process's handle, Dask workers need a Qdrant server."""
+    return settings.task_runner == "threads" or bool(settings.qdrant_url)
+
+
 def build_task_runner(settings: Settings) -> TaskRunner:
     """A fresh task runner for one subflow run, as the settings ask."""
     if settings.task_runner == "threads":
         return ThreadPoolTaskRunner(max_workers=settings.task_workers)
     try:
+        import dask
         from prefect_dask import DaskTaskRunner
     except ImportError as exc:
         raise UsageError("KBSYNC_TASK_RUNNER=dask needs prefect-dask: "
@@ -30,7 +38,9 @@ def build_task_runner(settings: Settings) -> TaskRunner:
             raise UsageError("a remote Dask cluster needs a Qdrant server (KBSYNC_QDRANT_URL): "
                              "its workers cannot open this machine's embedded store")
         return DaskTaskRunner(address=settings.dask_address)
-    processes = bool(settings.qdrant_url)
+    # Worker processes start the conversion workers (multiprocessing children), which a
+    # daemonic process may not have; the nanny reads this when it starts a worker.
+    dask.config.set({"distributed.worker.daemon": False})
     return DaskTaskRunner(cluster_kwargs={"n_workers": settings.task_workers,
-                                          "threads_per_worker": 1, "processes": processes,
+                                          "threads_per_worker": 1, "processes": True,
                                           "dashboard_address": None})

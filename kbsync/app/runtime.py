@@ -32,6 +32,44 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class ConverterPool:
+    """The conversion function of one process: isolated worker processes unless disabled.
+
+    The pool starts on first use (workers preload the converters, ~5 s), so
+    runs with nothing to convert never pay for it. In-process conversion is
+    called from several task threads at once: markitdown's converter objects
+    keep no per-call state, and pymupdf (which sets MuPDF up single-threaded)
+    never releases the GIL in its bindings, so each MuPDF call runs alone
+    (16 real PDFs converted on 4 threads gave the same Markdown as in turn).
+    """
+
+    def __init__(self, settings: Settings, *, workers: int | None = None) -> None:
+        self._settings = settings
+        self._workers = workers or settings.convert_workers
+        self._isolated: IsolatedConverter | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Callable[..., Document]:
+        """``convert(path, *, doc_id, max_bytes) -> Document``, isolated or in process."""
+        if not self._settings.convert_isolation:
+            return convert
+        with self._lock:
+            if self._isolated is None:
+                from kbsync.convert.isolate import IsolatedConverter
+
+                self._isolated = IsolatedConverter(
+                    workers=self._workers, timeout_s=self._settings.convert_timeout_s,
+                    memory_mb=self._settings.convert_memory_mb)
+            return self._isolated.convert
+
+    def close(self) -> None:
+        """Stop the conversion workers (a later :meth:`get` starts new ones)."""
+        with self._lock:
+            isolated, self._isolated = self._isolated, None
+        if isolated is not None:
+            isolated.close()
+
+
 @dataclass
 class Runtime:
     """Everything a stage needs besides its batch."""
@@ -42,33 +80,15 @@ class Runtime:
     service: Embedder | None  # None when opened without one (stats, verify)
     chunk_config: ChunkConfig
     config: IngestConfig = field(init=False)
-    _converter: IsolatedConverter | None = field(default=None, repr=False)
-    _converter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _converters: ConverterPool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.config = IngestConfig.from_settings(self.settings)
+        self._converters = ConverterPool(self.settings)
 
     def converter(self) -> Callable[..., Document]:
-        """The conversion function: isolated worker processes unless disabled.
-
-        The pool starts on first use (workers preload the converters, ~5 s), so
-        runs with nothing to convert never pay for it. In-process conversion is
-        called from several task threads at once: markitdown's converter objects
-        keep no per-call state, and pymupdf (which sets MuPDF up single-threaded)
-        never releases the GIL in its bindings, so each MuPDF call runs alone
-        (16 real PDFs converted on 4 threads gave the same Markdown as in turn).
-        """
-        if not self.settings.convert_isolation:
-            return convert
-        with self._converter_lock:
-            if self._converter is None:
-                from kbsync.convert.isolate import IsolatedConverter
-
-                self._converter = IsolatedConverter(
-                    workers=self.settings.convert_workers,
-                    timeout_s=self.settings.convert_timeout_s,
-                    memory_mb=self.settings.convert_memory_mb)
-            return self._converter.convert
+        """The conversion function (see :class:`ConverterPool`)."""
+        return self._converters.get()
 
     @property
     def collection(self) -> str:
@@ -143,7 +163,41 @@ class Runtime:
 
     def close(self) -> None:
         """Release the store handle and stop the conversion workers."""
-        if self._converter is not None:
-            self._converter.close()
-            self._converter = None
+        self._converters.close()
         self.store.close()
+
+
+@dataclass
+class WorkerRuntime:
+    """What :func:`kbsync.ingest.steps.prepare` needs, and no store: the runtime of a
+    process that converts, chunks and embeds for the process that writes (a Dask
+    worker process; the embedded store admits only the writer's process).
+
+    Its embedding service is built from the same settings as the writer's, so it
+    computes the same vectors (and shares the on-disk cache, which is process-safe).
+    One conversion worker: the process runs one batch at a time.
+    """
+
+    settings: Settings
+    service: Embedder
+    config: IngestConfig = field(init=False)
+    _converters: ConverterPool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.config = IngestConfig.from_settings(self.settings)
+        self._converters = ConverterPool(self.settings, workers=1)
+
+    def converter(self) -> Callable[..., Document]:
+        """The conversion function (see :class:`ConverterPool`)."""
+        return self._converters.get()
+
+    @classmethod
+    def open(cls, settings: Settings) -> "WorkerRuntime":
+        """Build the embedding service described by ``settings`` (opens no store)."""
+        from kbsync.embed import build_embedding_service
+
+        return cls(settings=settings, service=build_embedding_service(settings))
+
+    def close(self) -> None:
+        """Stop the conversion workers."""
+        self._converters.close()

@@ -73,19 +73,40 @@ def upsert(ctx: IngestContext, embedded: StageResult, namespace: str, run_id: st
     return room.write_batch(embedded.work, ctx, namespace=namespace, run_id=run_id)
 
 
+def prepare(ctx: IngestContext, chunk_config: ChunkConfig,
+            items: Sequence[PlanItem]) -> list[StageResult]:
+    """A batch's CPU work: convert -> chunk -> embed, the stage results in order.
+
+    Opens no store: ``ctx`` needs only ``config``, ``converter()`` and ``service``
+    (a :class:`kbsync.app.runtime.WorkerRuntime` will do), so it may run in a
+    process that cannot reach the embedded store (a Dask worker process). Its
+    result, with the vectors, is what :func:`write` takes.
+    """
+    converted = convert(ctx, items)
+    chunked = chunk(chunk_config, converted)
+    return [converted, chunked, embed(ctx, chunked)]
+
+
+def write(ctx: IngestContext, prepared: list[StageResult], namespace: str,
+          run_id: str) -> list[StageResult]:
+    """Write what :func:`prepare` made (upsert, delete stale, commit state, per document);
+    the stage results of the whole batch, as :func:`batch` returns them."""
+    return [*prepared, upsert(ctx, prepared[-1], namespace, run_id)]
+
+
 def batch(ctx: IngestContext, chunk_config: ChunkConfig, items: Sequence[PlanItem],
           namespace: str, run_id: str) -> list[StageResult]:
-    """One batch through :data:`BATCH_STAGES` (convert -> chunk -> embed -> upsert).
+    """One batch through :data:`BATCH_STAGES` (convert -> chunk -> embed -> upsert):
+    :func:`prepare`, then :func:`write`, in one step.
 
     The unit an executor schedules: a Prefect task run per stage cost more than the
     stage itself on small batches (four chained task runs per batch made the flow 2-3x
     the plain loop; see the README's benchmarks), so the stages of a batch run in turn
-    in one step, and each stage's result (failures, counters) is kept.
+    in one step, and each stage's result (failures, counters) is kept. An executor
+    whose workers cannot open the store runs the two halves apart (see
+    :data:`STORE_FREE`).
     """
-    converted = convert(ctx, items)
-    chunked = chunk(chunk_config, converted)
-    embedded = embed(ctx, chunked)
-    return [converted, chunked, embedded, upsert(ctx, embedded, namespace, run_id)]
+    return write(ctx, prepare(ctx, chunk_config, items), namespace, run_id)
 
 
 def heal(ctx: IngestContext, items: Sequence[PlanItem], namespace: str,
@@ -103,6 +124,10 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> int:
 BATCH_STAGES = (convert, chunk, embed, upsert)
 """The stages every batch goes through, in order."""
 
-RETRIED = frozenset({batch, embed, upsert, heal, finish_root, record_identity,
-                     check_collection})
+RETRIED = frozenset({batch, prepare, write, embed, upsert, heal, finish_root,
+                     record_identity, check_collection})
 """Steps a transient error (store unavailable, lock held, 5xx) may be retried for."""
+
+STORE_FREE = frozenset({prepare})
+"""Steps that open no store: the only ones an executor may hand to a process that cannot
+reach the embedded store (it runs every other step in the process holding the store)."""

@@ -26,7 +26,8 @@ def share_settings(settings, tmp_path):
 
 def test_every_step_has_its_task_and_retries_only_idempotent_ones() -> None:
     wrapped = {steps.check_identity, steps.preflight, steps.record_identity,
-               steps.check_collection, steps.plan, steps.batch, steps.heal, steps.finish_root}
+               steps.check_collection, steps.plan, steps.batch, steps.heal, steps.finish_root,
+               steps.prepare, steps.write}
     assert set(t.TASK_OF) == wrapped
     for step, task in t.TASK_OF.items():
         assert (task.retries > 0) == (step in steps.RETRIED), task.name
@@ -47,6 +48,24 @@ def test_the_tasks_fns_run_a_root_end_to_end(share_settings) -> None:
     assert t.heal.fn(settings, [], "default", "run-1").counters == {}
     assert t.finish_root.fn(settings, rp, "default") == 0
     assert runtime_for(settings).states.get("default", items[0].doc_id).chunk_count >= 1
+
+
+def test_prepare_on_a_store_free_runtime_then_write_is_the_batch(share_settings) -> None:
+    """The two halves a Dask worker process and the flow's process run (flows/executor.py)."""
+    from tasks.resources import worker_runtime_for
+
+    root, settings = share_settings
+    t.check_collection.fn(settings, "default", True)
+    rp = t.plan.fn(settings, root, "default", SyncMode.FULL, False, [], [], DeleteGuard())
+    worker = worker_runtime_for(settings)
+    assert not hasattr(worker, "store")  # opens none: the embedded store admits one process
+    prepared = t.prepare.fn(settings, runtime_for(settings).chunk_config, rp.to_process())
+    assert [type(r) for r in prepared] == [StageResult] * 3
+    assert all(w.prepared is not None for w in prepared[-1].work)
+    chunks = sum(len(w.chunks) for w in prepared[-1].work)
+    results = t.write.fn(settings, prepared, "default", "run-1")
+    assert results[:3] == prepared and results[-1].counters["added"] == 2
+    assert runtime_for(settings).store.count(runtime_for(settings).collection) == chunks >= 2
 
 
 def test_a_stage_with_failed_files_ends_in_a_named_state(share_settings) -> None:

@@ -1,0 +1,130 @@
+"""Dask benchmark: the ingest flow on the thread runner, and on 1 and 2 Dask worker processes.
+
+    nice -n 5 .venv/bin/python tests/bench/dask_bench.py [--share octave-html:300]
+        [--workers 1,2] [--threads 3] [--rounds 1] [--json-out FILE]
+
+One real share (tests/realshares.py: a Debian documentation package from
+``~/.cache/kbsync-real-shares``; held-out packages are refused there), the hash
+embedder (so conversion, not the model, is the work), isolated conversion (the
+default), default batches. Each configuration ingests the share into a fresh
+``KBSYNC_HOME`` through the real ``ingest`` flow, in this process, against one
+Prefect test server (its start-up is not timed). A Dask run's time includes
+starting its ``LocalCluster`` (worker processes import kbsync and start their
+converter). Rounds alternate the order of the configurations; the table gives
+each run and the ratio of its files/s to the first Dask configuration's in its round.
+
+On the embedded store the Dask workers convert, chunk and embed, and the flow's
+process writes (``flows/executor.py``). Every run must add every file and give
+the same number of chunks; the script exits 1 otherwise. Not collected by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
+
+import realshares  # noqa: E402
+
+
+def parse_share(text: str) -> tuple[str, int | None]:
+    """``NAME`` or ``NAME:N`` -> (name, N or None)."""
+    name, _, count = text.partition(":")
+    return name, int(count) if count else None
+
+
+def configurations(workers: list[int], threads: int) -> list[tuple[str, dict]]:
+    """(label, environment) for the thread runner and each Dask worker count."""
+    runs = [(f"threads x{threads}", {"KBSYNC_TASK_RUNNER": "threads",
+                                     "KBSYNC_TASK_WORKERS": str(threads)})]
+    runs += [(f"dask x{n}", {"KBSYNC_TASK_RUNNER": "dask", "KBSYNC_TASK_WORKERS": str(n)})
+             for n in workers]
+    return runs
+
+
+def run_one(share: Path, work: Path, label: str, env: dict) -> dict:
+    """One first ingest of ``share`` into a fresh home; its figures."""
+    from flows.ingest import ingest
+
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
+    os.environ.update(env, KBSYNC_HOME=str(home))
+    started = time.perf_counter()
+    state = ingest(roots=[str(share)], namespace="bench", return_state=True)
+    wall = time.perf_counter() - started
+    summary = state.result(raise_on_failure=False)
+    summary = getattr(summary, "result", summary)  # a Failed run's summary rides on FilesFailed
+    return {"label": label, "wall_s": round(wall, 2), "files": summary["files_seen"],
+            "added": summary["added"], "failed": summary["failed"],
+            "chunks": summary["chunks_kept"],
+            "files_per_s": round(summary["files_seen"] / wall, 2),
+            "chunks_per_s": round(summary["chunks_kept"] / wall, 1)}
+
+
+def table(rows: list[dict], base: str) -> str:
+    """The runs, with files/s as a ratio to the round's ``base`` run."""
+    head = f"{'round':>5} {'config':<11} {'wall s':>8} {'files':>6} {'chunks':>7} " \
+           f"{'files/s':>8} {'chunks/s':>9} {'vs ' + base:>12}"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        lines.append(f"{row['round']:>5} {row['label']:<11} {row['wall_s']:>8.2f} "
+                     f"{row['files']:>6} {row['chunks']:>7} {row['files_per_s']:>8.2f} "
+                     f"{row['chunks_per_s']:>9.1f} {row['ratio']:>11.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--share", default="octave-html:300", help="NAME or NAME:N files")
+    parser.add_argument("--workers", default="1,2", help="Dask worker counts")
+    parser.add_argument("--threads", type=int, default=3, help="thread runner's workers")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    for key in [k for k in os.environ if k.startswith("KBSYNC_")]:
+        del os.environ[key]
+    os.environ.update(KBSYNC_EMBED_PROVIDER="hash", KBSYNC_CONVERT_ISOLATION="true")
+    name, count = parse_share(args.share)
+    configs = configurations([int(n) for n in args.workers.split(",")], args.threads)
+    base_label = configs[min(1, len(configs) - 1)][0]
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="dask-bench-") as tmp:
+        work = Path(tmp)
+        share = work / name
+        files = realshares.build_share(realshares.SPECS[name], share, count)
+        print(f"share {name}: {len(files)} files, hash embedder, isolated conversion, "
+              f"{os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f} at start)", flush=True)
+        with prefect_test_harness(server_startup_timeout=180):
+            for number in range(1, args.rounds + 1):
+                order = configs if number % 2 else configs[:1] + configs[:0:-1]
+                done = [run_one(share, work, label, env) | {"round": number}
+                        for label, env in order]
+                base = next(r for r in done if r["label"] == base_label)
+                for row in done:
+                    row["ratio"] = round(row["files_per_s"] / base["files_per_s"], 2)
+                    print(f"  {row['label']}: {row['wall_s']} s", flush=True)
+                rows += done
+    print(table(rows, base_label))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(rows, indent=2))
+    bad = [r for r in rows if r["failed"] or r["added"] != r["files"]
+           or r["chunks"] != rows[0]["chunks"]]
+    for row in bad:
+        print(f"problem: {row['label']} round {row['round']}: added {row['added']} of "
+              f"{row['files']}, failed {row['failed']}, {row['chunks']} chunks", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
