@@ -35,6 +35,20 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".kbsync"), description="State, embedded store and cache live here.")
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded engine.")
     qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server.")
+    qdrant_shards: int | None = Field(
+        None, ge=1, description="Shards of a collection kbsync creates on a Qdrant server; "
+        "unset = the server's default (one per node).")
+    qdrant_replication_factor: int | None = Field(
+        None, ge=1, description="Copies of each shard of a new collection; unset = 1.")
+    qdrant_write_consistency_factor: int | None = Field(
+        None, ge=1, description="Replicas that acknowledge each write; unset = 1.")
+    qdrant_on_disk_vectors: bool = Field(
+        False, description="New collections keep dense vectors and the sparse index on disk "
+        "(past ~5M chunk replicas per 32 GiB node; docs/SCALING.md).")
+    qdrant_on_disk_payload: bool = Field(
+        True, description="New collections keep payloads on disk (payload indexes stay in RAM).")
+    qdrant_write_ordering: Literal["weak", "medium", "strong"] = Field(
+        "medium", description="Qdrant write ordering of every upsert and delete.")
     collection: str = Field("kbsync", description="Collection holding the chunks.")
     active_of: str | None = Field(
         None, description="Set by kbsync, not by hand: the logical collection name when "

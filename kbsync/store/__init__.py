@@ -51,10 +51,12 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
         StoreError: the folder or client cannot be set up.
     """
     if settings.qdrant_url:
+        from kbsync.store.cluster import ClusterConfig
         from kbsync.store.server import ServerStore
 
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        return ServerStore.from_url(settings.qdrant_url, key)
+        return ServerStore.from_url(settings.qdrant_url, key,
+                                    cluster=ClusterConfig.from_settings(settings))
     from kbsync.errors import StoreUnavailable
     from kbsync.store.edge import EdgeStore
     from kbsync.store.relay import socket_path

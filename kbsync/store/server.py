@@ -17,6 +17,10 @@ gets it through ``create_vector_name`` (servers that lack that endpoint are
 told to re-create the collection). Queries use the Query API: prefetch dense
 and sparse candidates with the filter on each, fuse with RRF (``RRF_K``, the
 server's default, so plain ``Fusion.RRF`` works on every server version).
+
+Against a cluster, :class:`~kbsync.store.cluster.ClusterConfig` gives new
+collections their shards, replication and on-disk layout, and every upsert and
+delete its write ordering; every write waits for its result.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from kbsync.errors import DimensionMismatch, StoreError, StoreFailure, StoreUnav
 from kbsync.store import validate as cv
 from kbsync.store import server_query as sq
 from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Point, ScoredPoint, SparseVec
+from kbsync.store.cluster import ClusterConfig
 from kbsync.store.server_query import to_client_filter
 
 __all__ = ["ServerStore", "to_client_filter"]
@@ -52,9 +57,12 @@ class ServerStore:
     another size behind our back is still caught by the server's own check).
     """
 
-    def __init__(self, client: QdrantClient) -> None:
-        """Wrap ``client``; :meth:`close` closes it."""
+    def __init__(self, client: QdrantClient, cluster: ClusterConfig | None = None) -> None:
+        """Wrap ``client``; :meth:`close` closes it. ``cluster``: layout of new collections
+        and write ordering (default: :class:`ClusterConfig`'s)."""
         self._client = client
+        self._cluster = cluster or ClusterConfig()
+        self._ordering = self._cluster.ordering
         self._local = client.init_options.get("path") is not None or (
             client.init_options.get("location") == ":memory:")
         # Local mode keeps numpy arrays and a sqlite handle: not safe across threads.
@@ -64,25 +72,27 @@ class ServerStore:
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str, api_key: str | None = None, *, timeout_s: float = 30.0
-                 ) -> "ServerStore":
+    def from_url(cls, url: str, api_key: str | None = None, *, timeout_s: float = 30.0,
+                 cluster: ClusterConfig | None = None) -> "ServerStore":
         """A store on a Qdrant server (REST). Makes no request until first use."""
         try:
             client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout_s),
                                   check_compatibility=False)
         except Exception as exc:  # bad URL and the like
             raise StoreError(f"qdrant: cannot create a client for {url!r}: {exc}") from exc
-        return cls(client)
+        return cls(client, cluster)
 
     @classmethod
-    def local(cls, path: Path) -> "ServerStore":
+    def local(cls, path: Path, *, cluster: ClusterConfig | None = None) -> "ServerStore":
         """A store in qdrant-client's local mode at ``path`` (one instance per folder).
+
+        Local mode accepts and ignores ``cluster`` (one process, no shards).
 
         Raises:
             StoreUnavailable: another client holds the folder.
         """
         with sq.errors("open local store", str(path)):
-            return cls(QdrantClient(path=str(path)))
+            return cls(QdrantClient(path=str(path)), cluster)
 
     # --- helpers ------------------------------------------------------------
     def _call(self, action: str, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -135,13 +145,12 @@ class ServerStore:
         cv.check_dimension(dimension)
         existing = self.collection_dimension(name)
         if existing is None:
-            sparse_config = ({SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
-                             if sparse else None)
+            sparse_config = {SPARSE: self._cluster.sparse_params()} if sparse else None
             try:
                 self._call("create", name, self._client.create_collection, name,
-                           vectors_config={DENSE: models.VectorParams(
-                               size=dimension, distance=models.Distance.COSINE)},
-                           sparse_vectors_config=sparse_config)
+                           vectors_config={DENSE: self._cluster.dense_params(dimension)},
+                           sparse_vectors_config=sparse_config,
+                           **self._cluster.collection_kwargs())
                 log.info("created qdrant collection %s (dim %d%s)", name, dimension,
                          ", sparse" if sparse else "")
             except StoreFailure:
@@ -227,7 +236,8 @@ class ServerStore:
             raise sq.no_sparse(name)
         for start in range(0, len(valid), _WRITE_BATCH):
             batch = [sq.to_point(p) for p in valid[start:start + _WRITE_BATCH]]
-            self._call("upsert", name, self._client.upsert, name, points=batch, wait=True)
+            self._call("upsert", name, self._client.upsert, name, points=batch, wait=True,
+                       ordering=self._ordering)
 
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids and a missing collection are ignored."""
@@ -235,7 +245,8 @@ class ServerStore:
         if not checked:
             return
         self._read("delete ids", name, self._client.delete, cv.check_collection_name(name),
-                   points_selector=models.PointIdsList(points=checked), wait=True)
+                   points_selector=models.PointIdsList(points=checked), wait=True,
+                   ordering=self._ordering)
 
     def delete(self, name: str, flt: Filter) -> None:
         """Delete every point matching ``flt``.
@@ -245,7 +256,8 @@ class ServerStore:
         """
         client_filter = to_client_filter(cv.require_conditions(flt))
         self._read("delete", name, self._client.delete, cv.check_collection_name(name),
-                   points_selector=models.FilterSelector(filter=client_filter), wait=True)
+                   points_selector=models.FilterSelector(filter=client_filter), wait=True,
+                   ordering=self._ordering)
 
     def scroll(
         self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
