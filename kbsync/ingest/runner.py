@@ -33,7 +33,7 @@ from kbsync.ingest.plan import DeleteGuard, RootPlan
 from kbsync.ingest.run_counts import attach, keep_counts
 from kbsync.ingest.stages import StageResult
 from kbsync.ingest.summary import (IngestSummary, account_dry_run, account_plan, account_repaired,
-                                   account_stage, new_run_id)
+                                   account_stage, add_seconds, new_run_id)
 from kbsync.models import PlanAction, RootSpec, SyncMode
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,9 @@ def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
     summary = _new_summary(request, executor)
     try:
         with executor.write_lock(request.namespace):
+            checked = time.perf_counter()
             _check_run(request, executor, summary)
+            add_seconds(summary, {"checks": time.perf_counter() - checked})
             for spec in request.roots:
                 part = executor.run_root(spec.name, _root_body(spec, request, executor))
                 summary.merge(part)
@@ -133,10 +135,12 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
     """
     summary = _new_summary(request, executor)
     ns = request.namespace
+    started = time.perf_counter()
     planned = executor.submit(steps.plan, CONTEXT, spec, ns, request.mode, request.force,
                               request.include, request.exclude, request.guard,
                               label=f"plan {spec.name}")
     [rp] = executor.gather([planned])
+    add_seconds(summary, {"plan": time.perf_counter() - started})
     account_plan(summary, rp)
     log.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
     if request.dry_run:
@@ -147,12 +151,14 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
         for results in run_batches(spec.name, rp, request, executor, after=[planned]):
             for result in results:
                 account_stage(summary, result)
+        started = time.perf_counter()
         healing = rp.plan.of(PlanAction.HEAL)
         if healing:
             account_stage(summary, executor.call(steps.heal, CONTEXT, healing, ns,
                                                  request.run_id, label=f"heal {spec.name}"))
         summary.deleted += executor.call(steps.finish_root, CONTEXT, rp, ns,
                                          label=f"finish-root {spec.name}")
+        add_seconds(summary, {"finish": time.perf_counter() - started})
         account_repaired(summary, rp)
     return summary
 

@@ -62,13 +62,16 @@ class StageResult:
     in it (measured); an opaque object is handed over as is.
     """
 
-    __slots__ = ("work", "failures", "counters")
+    __slots__ = ("work", "failures", "counters", "seconds")
 
     def __init__(self, work: list[DocWork] | None = None,
-                 failures: list[Failure] | None = None, counters: Counter | None = None) -> None:
+                 failures: list[Failure] | None = None, counters: Counter | None = None,
+                 seconds: dict[str, float] | None = None) -> None:
         self.work: list[DocWork] = work if work is not None else []
         self.failures: list[Failure] = failures if failures is not None else []
         self.counters: Counter[Count] = counters if counters is not None else Counter()
+        # wall seconds per stage name (kbsync.ingest.steps times them): the summary's stage_s
+        self.seconds: dict[str, float] = seconds if seconds is not None else {}
 
     def __repr__(self) -> str:
         return (f"StageResult({len(self.work)} documents, {len(self.failures)} failures, "

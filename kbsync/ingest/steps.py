@@ -12,7 +12,9 @@ last), so a retried step converges to the same index.
 
 from __future__ import annotations
 
-from typing import Sequence
+import functools
+import time
+from typing import Callable, Sequence
 
 from kbsync.ingest import identity, room, verify
 from kbsync.ingest.context import IngestContext
@@ -53,21 +55,38 @@ def plan(ctx: IngestContext, root: RootSpec, namespace: str, mode: SyncMode, for
                      include=include, exclude=exclude, guard=guard)
 
 
+def _timed(stage: str) -> Callable[[Callable[..., StageResult]], Callable[..., StageResult]]:
+    """Add the step's wall seconds to its result's ``seconds[stage]`` (the summary's ``stage_s``)."""
+    def wrap(func: Callable[..., StageResult]) -> Callable[..., StageResult]:
+        @functools.wraps(func)
+        def timed(*args, **kwargs) -> StageResult:
+            started = time.perf_counter()
+            result = func(*args, **kwargs)
+            result.seconds[stage] = result.seconds.get(stage, 0.0) + time.perf_counter() - started
+            return result
+        return timed
+    return wrap
+
+
+@_timed("convert")
 def convert(ctx: IngestContext, items: Sequence[PlanItem]) -> StageResult:
     """Convert a batch of files to Markdown."""
     return convert_stage(items, max_bytes=ctx.config.max_file_bytes, converter=ctx.converter())
 
 
+@_timed("chunk")
 def chunk(config: ChunkConfig, converted: StageResult) -> StageResult:
     """Chunk a batch of converted documents (needs only the chunk budget)."""
     return chunk_stage(converted.work, config=config)
 
 
+@_timed("embed")
 def embed(ctx: IngestContext, chunked: StageResult) -> StageResult:
     """Embed a batch's chunks (cache first, then the provider in batches)."""
     return embed_stage(chunked.work, service=ctx.service, contextual=ctx.config.contextual_text)
 
 
+@_timed("write")
 def upsert(ctx: IngestContext, embedded: StageResult, namespace: str, run_id: str) -> StageResult:
     """Upsert, delete stale points, then commit state, document by document."""
     return room.write_batch(embedded.work, ctx, namespace=namespace, run_id=run_id)

@@ -47,15 +47,22 @@ class IngestSummary:
     repaired: int = 0  # reprocessed because their points no longer matched the state
     embedding_bisect_requests: int = 0  # requests spent isolating inputs an endpoint refused
     converter_warnings: int = 0  # notes of converters (a table flattened, a page skipped)
+    # Wall seconds per stage (STAGES order): batch stages summed over batches, which overlap.
+    stage_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON form."""
-        return asdict(self)
+        result = asdict(self)
+        result["stage_s"] = {k: round(self.stage_s[k], 3) for k in STAGES if k in self.stage_s}
+        return result
 
     def merge(self, part: dict) -> None:
         """Add a per-root summary (its dict form) into this one."""
         for key, value in part.items():
             if key in ("run_id", "namespace", "collection", "mode", "dry_run", "duration_s"):
+                continue
+            if key == "stage_s":
+                add_seconds(self, value)
                 continue
             current = getattr(self, key)
             setattr(self, key, current + value)
@@ -64,6 +71,20 @@ class IngestSummary:
         """True when documents needed embedding and every one of them failed to embed."""
         embed_failures = [f for f in self.failures if f["error"] == "EmbeddingFailed"]
         return bool(embed_failures) and self.added + self.updated == 0
+
+
+STAGES = ("checks", "plan", "convert", "chunk", "embed", "write", "finish")
+"""The stages of ``stage_s``: ``checks`` (root bindings, embedder identity, collection),
+``plan`` (discovery, hashing, the diff against the state, the store check), then per
+batch ``convert`` (the first batch starts the conversion workers), ``chunk``, ``embed``
+and ``write`` (upsert, stale-point delete and state commit, document by document), and
+``finish`` (heal, stat refresh, full mode's deletions)."""
+
+
+def add_seconds(summary: IngestSummary, seconds: dict[str, float]) -> None:
+    """Add per-stage wall seconds into ``summary.stage_s``."""
+    for stage, value in seconds.items():
+        summary.stage_s[stage] = summary.stage_s.get(stage, 0.0) + value
 
 
 def new_run_id() -> str:
@@ -102,6 +123,7 @@ def account_stage(summary: IngestSummary, result: StageResult) -> None:
     for key, value in result.counters.items():
         field_name = Count(key).value
         setattr(summary, field_name, getattr(summary, field_name) + value)
+    add_seconds(summary, result.seconds)
     _add_failures(summary, result.failures)
 
 

@@ -21,7 +21,7 @@ from kbsync.models import SyncMode
 from kbsync.query.search import search
 from kbsync.store.base import Filter
 
-VOLATILE = ("run_id", "duration_s", "collection", "files_hashed", "warnings", "roots",
+VOLATILE = ("run_id", "duration_s", "stage_s", "collection", "files_hashed", "warnings", "roots",
             "embeddings_truncated")
 
 
