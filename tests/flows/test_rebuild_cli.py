@@ -93,7 +93,7 @@ def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     code, again, err = run_kbsync(env, "ingest", f"share={share}", "--json")
     assert code == 0 and again["collection"] == "kbsync__r1", err
     assert (again["unchanged"], again["updated"]) == (len(TOPICS), 0), again
-    code, hits, err = run_kbsync(env, "search", "orchard guide number 3", "--json")
+    code, hits, err = run_kbsync(env, "search", "the orchard3 site", "--json")
     assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
     code, evaluated, err = run_kbsync(env, "eval", str(queries), "--json",
                                       "--report-dir", str(tmp_path / "reports"))
@@ -161,7 +161,7 @@ def test_kill_9_during_rebuild_leaves_live_serving_and_resumes(prefect_api, tmp_
     code, stats, err = run_kbsync(env, "stats", "--json")
     assert stats["collection"] == "kbsync", err
     assert stats["namespaces"]["default"]["documents"] == 240
-    code, hits, err = run_kbsync(env, "search", "orchard guide number 3", "--json")
+    code, hits, err = run_kbsync(env, "search", "the orchard3 site", "--json")
     assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
 
     code, report, err = run_kbsync(new, "rebuild", "--queries", str(queries), "--json")
@@ -185,7 +185,7 @@ def test_changes_during_a_rebuild_reach_the_shadow_and_search_stays_up(prefect_a
     proc = _start(new, "rebuild", "--queries", str(queries), "--json", log=tmp_path / "r.err")
     _wait_for(home / "qdrant" / "kbsync__r1", proc)
     # Search is served by the live collection meanwhile (through the rebuild's relay).
-    code, hits, err = run_kbsync(env, "search", "orchard guide number 3", "--json")
+    code, hits, err = run_kbsync(env, "search", "the orchard3 site", "--json")
     assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
     # A sync of the embedded store waits for the rebuild (one writer); it is refused at
     # once without KBSYNC_LOCK_TIMEOUT_S, naming the rebuild.
