@@ -110,6 +110,9 @@ class Document:
 
     Invariant: ``page_offsets`` is empty or strictly increasing character
     offsets into ``markdown``, the i-th being where page ``i + 1`` starts.
+    ``ocr_pages`` maps the 1-based number of each page whose text came from OCR to the
+    engine's mean word confidence (0-100); ``scanned_pages`` counts the pages that had no
+    usable text layer (missing or garbled), whether OCR read them or not.
     """
 
     doc_id: str
@@ -120,6 +123,8 @@ class Document:
     converter: str
     page_offsets: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    ocr_pages: dict[int, float] = field(default_factory=dict)
+    scanned_pages: int = 0
 
     @property
     def page_count(self) -> int | None:
@@ -156,6 +161,10 @@ class DocState:
     run_id: str
     size: int
     mtime_ns: int
+    scanned_pages: int | None = None
+    """Pages without a usable text layer at the last write; ``None`` in records written
+    before OCR existed (unknown). Decides whether OCR settings enter the document's
+    fingerprint (:func:`kbsync.ingest.state.document_fingerprint`)."""
 
     def to_payload(self) -> dict[str, Any]:
         """The record as a JSON-able payload."""

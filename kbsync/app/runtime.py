@@ -8,13 +8,15 @@ ingest steps get; ``config`` holds the settings they read, as values.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from kbsync.text.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
-from kbsync.convert import CONVERTER_VERSION, convert
+from kbsync.convert import CONVERTER_VERSION, convert, is_supported
+from kbsync.convert.ocr import OcrConfig, check_available
 from kbsync.embed.base import Embedder
 from kbsync.ingest.context import IngestConfig
 from kbsync.settings import Settings
@@ -30,6 +32,12 @@ if TYPE_CHECKING:
     from kbsync.convert.isolate import IsolatedConverter
 
 log = logging.getLogger(__name__)
+
+
+def ocr_config(settings: Settings) -> OcrConfig:
+    """The OCR settings as values (``KBSYNC_OCR*``)."""
+    return OcrConfig(enabled=settings.ocr, languages=settings.ocr_languages,
+                     dpi=settings.ocr_dpi, page_timeout_s=settings.ocr_page_timeout_s)
 
 
 class ConverterPool:
@@ -50,9 +58,12 @@ class ConverterPool:
         self._lock = threading.Lock()
 
     def get(self) -> Callable[..., Document]:
-        """``convert(path, *, doc_id, max_bytes) -> Document``, isolated or in process."""
+        """``convert(path, *, doc_id, max_bytes) -> Document``, isolated or in process,
+        with the OCR settings bound when OCR is on."""
+        bind = ((lambda f: functools.partial(f, ocr=ocr_config(self._settings)))
+                if self._settings.ocr else (lambda f: f))
         if not self._settings.convert_isolation:
-            return convert
+            return bind(convert)
         with self._lock:
             if self._isolated is None:
                 from kbsync.convert.isolate import IsolatedConverter
@@ -60,7 +71,7 @@ class ConverterPool:
                 self._isolated = IsolatedConverter(
                     workers=self._workers, timeout_s=self._settings.convert_timeout_s,
                     memory_mb=self._settings.convert_memory_mb)
-            return self._isolated.convert
+            return bind(self._isolated.convert)
 
     def close(self) -> None:
         """Stop the conversion workers (a later :meth:`get` starts new ones)."""
@@ -85,10 +96,21 @@ class Runtime:
     def __post_init__(self) -> None:
         self.config = IngestConfig.from_settings(self.settings)
         self._converters = ConverterPool(self.settings)
+        check_available(ocr_config(self.settings))  # KBSYNC_OCR=true without Tesseract: exit 2
 
     def converter(self) -> Callable[..., Document]:
         """The conversion function (see :class:`ConverterPool`)."""
         return self._converters.get()
+
+    def accepts(self, path) -> bool:
+        """Whether discovery keeps ``path`` (images only with OCR on)."""
+        return is_supported(path, ocr=self.settings.ocr)
+
+    @functools.cached_property
+    def ocr_key(self) -> str:
+        """OCR engine, version, languages and dpi (``off``): enters the fingerprint of the
+        documents that had scanned pages only (:func:`state.document_fingerprint`)."""
+        return ocr_config(self.settings).key()
 
     @property
     def collection(self) -> str:

@@ -3,8 +3,9 @@
 Dispatch is by extension (lowercase): PDF -> :mod:`.pdf` (pymupdf, pypdf fallback);
 DOCX/XLSX/PPTX/CSV -> :mod:`.office` (markitdown); HTML -> :mod:`.html`
 (html-to-markdown); text, Markdown, reStructuredText,
-JSON and source code -> :mod:`.text`. The file is read once into memory between two
-``stat`` calls, so every converter sees one consistent snapshot and a file that changes
+JSON and source code -> :mod:`.text`; with OCR on (:class:`~kbsync.convert.ocr.OcrConfig`),
+PNG/JPEG/TIFF images -> :mod:`.ocr`, which also reads a PDF's scanned pages. The file is
+read once into memory between two ``stat`` calls, so every converter sees one consistent snapshot and a file that changes
 meanwhile is reported (``FileChangedDuringRead``, a transient error) instead of being
 indexed half-written.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from kbsync.convert.html import CONVERTER_ID as HTML_CONVERTER_ID
 from kbsync.convert.html import HTML_EXTENSIONS, convert_html
+from kbsync.convert.ocr import ENABLE_HINT, IMAGE_EXTENSIONS, NO_OCR, OcrConfig, convert_image
 from kbsync.convert.office import OFFICE_EXTENSIONS, convert_office
 from kbsync.convert.pdf import convert_pdf
 from kbsync.convert.text import TEXT_EXTENSIONS, Extracted, convert_text
@@ -39,7 +41,8 @@ from kbsync.errors import (
 )
 from kbsync.models import Document, display_path
 
-__all__ = ["CONVERTER_VERSION", "SUPPORTED_EXTENSIONS", "convert", "is_supported"]
+__all__ = ["CONVERTER_VERSION", "IMAGE_EXTENSIONS", "SUPPORTED_EXTENSIONS", "OcrConfig", "convert",
+           "is_supported"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ logger = logging.getLogger(__name__)
 CONVERTER_VERSION = f"2+{HTML_CONVERTER_ID}"
 
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset({".pdf"}) | HTML_EXTENSIONS | OFFICE_EXTENSIONS | TEXT_EXTENSIONS
+"""Without OCR; with it, :data:`IMAGE_EXTENSIONS` too."""
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -57,23 +61,32 @@ _MAX_TITLE = 200
 _WORD = re.compile(r"\w")
 
 
-def is_supported(path: Path) -> bool:
-    """Whether :func:`convert` has a converter for this file's extension (case-insensitive)."""
-    return Path(path).suffix.lower() in SUPPORTED_EXTENSIONS
+def is_supported(path: Path, *, ocr: bool = False) -> bool:
+    """Whether :func:`convert` has a converter for this file's extension (case-insensitive).
+
+    Images count only with ``ocr``: without it a share's screenshots and icons stay ignored,
+    as they always were, instead of failing on every run.
+    """
+    ext = Path(path).suffix.lower()
+    return ext in SUPPORTED_EXTENSIONS or (ocr and ext in IMAGE_EXTENSIONS)
 
 
-def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Document:
+def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,
+            ocr: OcrConfig = NO_OCR) -> Document:
     """Convert one file to a :class:`~kbsync.models.Document`.
 
     Args:
         path: the file; symlinks are followed (discovery decides which links to keep).
         doc_id: stored as is in the result.
         max_bytes: files larger than this are refused before being read.
+        ocr: OCR settings (off by default): scanned PDF pages and images are read only
+            when ``ocr.enabled``.
 
     Returns:
         A Document with non-empty ``markdown``; ``page_offsets`` for PDF and PPTX
         (strictly increasing, one per page or slide); ``warnings`` for partial results
-        (a repaired PDF, pages without text, a fallback converter, an unknown encoding).
+        (a repaired PDF, pages without text, a fallback converter, an unknown encoding);
+        ``ocr_pages`` and ``scanned_pages`` for PDFs and images.
 
     Raises:
         UnsupportedFormat: no converter for the extension (callers count it as ignored).
@@ -84,13 +97,15 @@ def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Documen
     path = Path(path)
     name = _display(path)
     ext = path.suffix.lower()
-    if ext not in SUPPORTED_EXTENSIONS:
+    if ext in IMAGE_EXTENSIONS and not ocr.enabled:  # ignored, as before OCR existed
+        raise UnsupportedFormat(f"{name}: an image ({ext}) and OCR is off; {ENABLE_HINT}")
+    if ext not in SUPPORTED_EXTENSIONS and ext not in IMAGE_EXTENSIONS:
         raise UnsupportedFormat(f"{name}: unsupported file type {ext or '(no extension)'}")
     data = _read_stable(path, name, max_bytes)
     if not data:
         raise EmptyDocument(f"{name}: file is empty (0 bytes)")
     try:
-        extracted = _dispatch(data, ext, name)
+        extracted = _dispatch(data, ext, name, ocr)
     except (KbsyncError, MemoryError):
         raise
     except Exception as exc:  # a converter bug must cost one file, not the batch
@@ -112,12 +127,16 @@ def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Documen
         converter=extracted.converter,
         page_offsets=extracted.page_offsets,
         warnings=[_one_line(w) for w in extracted.warnings],
+        ocr_pages=extracted.ocr_pages,
+        scanned_pages=extracted.scanned_pages,
     )
 
 
-def _dispatch(data: bytes, ext: str, name: str) -> Extracted:
+def _dispatch(data: bytes, ext: str, name: str, ocr: OcrConfig) -> Extracted:
     if ext == ".pdf":
-        return convert_pdf(data, name=name)
+        return convert_pdf(data, name=name, ocr=ocr)
+    if ext in IMAGE_EXTENSIONS:
+        return convert_image(data, ext=ext, name=name, config=ocr)
     if ext in HTML_EXTENSIONS:
         return convert_html(data, name=name)
     if ext in OFFICE_EXTENSIONS:

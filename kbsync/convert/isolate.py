@@ -14,6 +14,12 @@ import costs ~2 s), so a replacement starts in tens of milliseconds and the pare
 threads (Prefect's task runner) are never forked. Each worker handles
 ``max_tasks_per_worker`` files, then is recycled to bound memory fragmentation.
 The pool is thread-safe: each call borrows one idle worker, blocking while all are busy.
+
+OCR (:mod:`kbsync.convert.ocr`, when ``ocr.enabled``) runs in the same workers under its
+own clock: before each page it reads, the worker tells the parent how long that page may
+take (the page limit plus rendering), and the parent waits that long for the next word
+instead of the file's limit. A long scan therefore never times out as a whole, each page
+is bounded, and text-layer files keep the file limit.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from kbsync.convert import convert
+from kbsync.convert import OcrConfig, convert
 from kbsync.errors import ConversionError, ConversionTimeout, CorruptDocument, KbsyncError
 from kbsync.models import Document, display_path
 
@@ -40,13 +46,15 @@ _START_TIMEOUT_S = 120.0
 
 
 def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., Document]) -> None:
-    """Worker loop: receive (path, doc_id, max_bytes), answer ("ok", doc) or ("err", exc)."""
+    """Worker loop: receive (path, doc_id, max_bytes, ocr), answer ("ok", doc) or
+    ("err", exc), after one ("ocr-page", seconds) per page OCR reads."""
     if memory_mb:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from kbsync.convert import office
+    from kbsync.convert import ocr as ocr_module, office
 
     office.preload()
+    ocr_module.set_page_hook(lambda seconds: conn.send(("ocr-page", seconds)))
     conn.send(("ready", None))
     while True:
         try:
@@ -55,9 +63,10 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
             return
         if request is None:
             return
-        path, doc_id, max_bytes = request
+        path, doc_id, max_bytes, ocr = request
+        options = {"ocr": ocr} if ocr is not None and ocr.enabled else {}  # test targets take none
         try:
-            conn.send(("ok", target(Path(path), doc_id=doc_id, max_bytes=max_bytes)))
+            conn.send(("ok", target(Path(path), doc_id=doc_id, max_bytes=max_bytes, **options)))
         except MemoryError:
             conn.send(("oom", None))
             return  # the heap may be in a bad state: let the parent start a fresh worker
@@ -137,8 +146,12 @@ class IsolatedConverter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def convert(self, path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20) -> Document:
+    def convert(self, path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,
+                ocr: OcrConfig | None = None) -> Document:
         """Same contract as :func:`kbsync.convert.convert`, plus ``ConversionTimeout``.
+
+        ``ocr`` (when enabled) is handed to the target; each page it reads gets its own
+        time limit (see the module docstring).
 
         Raises:
             ConversionTimeout: the file took longer than ``timeout_s``.
@@ -152,11 +165,16 @@ class IsolatedConverter:
         self._refill()
         worker = self._idle.get()
         try:
-            worker.conn.send((str(path), doc_id, max_bytes))
-            if not worker.conn.poll(self._timeout_s):
-                self._replace(worker)
-                raise ConversionTimeout(f"{name}: conversion took over {self._timeout_s:g} s; worker killed")
-            status, payload = worker.conn.recv()
+            worker.conn.send((str(path), doc_id, max_bytes, ocr))
+            wait, what = self._timeout_s, "conversion"
+            while True:
+                if not worker.conn.poll(wait):
+                    self._replace(worker)
+                    raise ConversionTimeout(f"{name}: {what} took over {wait:g} s; worker killed")
+                status, payload = worker.conn.recv()
+                if status != "ocr-page":
+                    break
+                wait, what = payload, "an OCR page"  # the next page's own limit
         except (EOFError, OSError) as exc:  # the worker died mid-file
             worker.process.join(1)
             code = worker.process.exitcode

@@ -8,8 +8,10 @@ are dropped. Tables are kept as Markdown tables where ``page.find_tables()`` fin
 because that call costs ~0.15 s per page here (~10 ms when clipped to the ruled area), it
 only runs on pages whose vector drawings look like a grid, clipped to that area.
 
-Limits: no OCR (a PDF with images but no text raises ``NoTextLayer``), no multi-column
-reading-order repair beyond pymupdf's block order.
+Pages without a usable text layer (images and no text, or mojibake: see
+:func:`kbsync.convert.ocr.is_garbled`) are read by OCR when it is on (:mod:`.ocr`); with it
+off, a PDF of only such pages raises ``NoTextLayer``, whose message says how to turn OCR on.
+Limits: no multi-column reading-order repair beyond pymupdf's block order.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from kbsync.convert.ocr import (ENABLE_HINT, NO_OCR, OcrConfig, is_garbled, read_scanned_pages,
+                                scan_message)
 from kbsync.convert.text import Extracted, join_pages, normalize_newlines
 from kbsync.errors import CorruptDocument, EmptyDocument, EncryptedDocument, NoTextLayer
 
@@ -48,17 +52,18 @@ class _Line:
     block: int
 
 
-def convert_pdf(data: bytes, *, name: str) -> Extracted:
+def convert_pdf(data: bytes, *, name: str, ocr: OcrConfig = NO_OCR) -> Extracted:
     """Convert PDF bytes; pymupdf first, pypdf if pymupdf cannot open or read the file.
 
     Raises:
         EncryptedDocument: a user password is needed.
-        NoTextLayer: pages hold images but no text (a scan).
+        NoTextLayer: no page has a usable text layer (a scan), and OCR is off or found
+            nothing.
         EmptyDocument: pages hold neither text nor images.
         CorruptDocument: neither library can read the file.
     """
     try:
-        return _convert_pymupdf(data, name)
+        return _convert_pymupdf(data, name, ocr)
     except (EncryptedDocument, NoTextLayer, EmptyDocument, CorruptDocument, MemoryError):
         raise
     except Exception as exc:  # any pymupdf failure: the fallback decides
@@ -99,7 +104,7 @@ def _open(data: bytes, name: str):
     return doc
 
 
-def _convert_pymupdf(data: bytes, name: str) -> Extracted:
+def _convert_pymupdf(data: bytes, name: str, ocr: OcrConfig) -> Extracted:
     import pymupdf
 
     doc = _open(data, name)
@@ -119,6 +124,7 @@ def _convert_pymupdf(data: bytes, name: str) -> Extracted:
         pages: list[str] = []
         table_pages = 0
         image_only: list[int] = []
+        garbled: list[int] = []
         for index, page in enumerate(doc):
             tables = []
             if table_pages < _MAX_TABLE_PAGES:
@@ -130,22 +136,31 @@ def _convert_pymupdf(data: bytes, name: str) -> Extracted:
             # get_image_info() also sees inline images, which scanners often write
             if not text.strip() and page.get_image_info():
                 image_only.append(index + 1)
+            elif text.strip() and is_garbled(text, page):  # mojibake is no text layer: never index it
+                garbled.append(index + 1)
+                text = ""
             pages.append(text)
+        ocr_pages = read_scanned_pages(doc, pages, sorted(image_only + garbled), ocr,
+                                       name=name, warnings=warnings)
     finally:
         doc.close()
+    scanned = len(image_only) + len(garbled)
     if not any(p.strip() for p in pages):
-        if image_only:
-            raise NoTextLayer(f"{name}: {len(pages)} page(s) of images and no text layer (a scan?)")
+        if scanned:
+            raise NoTextLayer(scan_message(name, len(pages), ocr))
         if warnings:  # repaired and nothing recovered: damaged, not empty
             raise CorruptDocument(f"{name}: damaged PDF, no text could be recovered")
         raise EmptyDocument(f"{name}: PDF has {len(pages)} page(s) and no text")
-    if image_only:
-        warnings.append(f"{len(image_only)} page(s) without a text layer: {_page_list(image_only)}")
+    unread = [n for n in image_only + garbled if n not in ocr_pages]
+    if unread:
+        warnings.append(f"{len(unread)} page(s) without a usable text layer: {_page_list(sorted(unread))}"
+                        + ("" if ocr.enabled else f" ({ENABLE_HINT})"))
     markdown, offsets = join_pages(pages)
     unknown = markdown.count("\ufffd")
     if unknown > 0.1 * len(markdown.replace(" ", "")):
         warnings.append(f"{unknown} characters without a Unicode mapping (fonts lack ToUnicode)")
-    return Extracted(markdown, "pymupdf", "pdf", offsets, warnings)
+    return Extracted(markdown, "pymupdf", "pdf", offsets, warnings, ocr_pages=ocr_pages,
+                     scanned_pages=scanned)
 
 
 def _page_list(numbers: list[int]) -> str:

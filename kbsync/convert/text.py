@@ -75,6 +75,7 @@ class Extracted:
     ``page_offsets`` follows the :class:`kbsync.models.Document` invariant.
     ``title_hint`` is used when the Markdown has no heading (e.g. HTML ``<title>``);
     ``title_from_heading`` is False where the first heading is no title (an XLSX sheet name).
+    ``ocr_pages`` and ``scanned_pages`` as in :class:`kbsync.models.Document`.
     """
 
     markdown: str
@@ -84,6 +85,8 @@ class Extracted:
     warnings: list[str] = field(default_factory=list)
     title_hint: str | None = None
     title_from_heading: bool = True
+    ocr_pages: dict[int, float] = field(default_factory=dict)
+    scanned_pages: int = 0
 
 
 def join_pages(pages: list[str]) -> tuple[str, list[int]]:

@@ -81,6 +81,14 @@ class IngestContext(Protocol):
     def fingerprint(self) -> str:
         """Hash of every setting that shapes stored points."""
 
+    @property
+    def ocr_key(self) -> str:
+        """OCR engine, version, languages and dpi, or ``off``: part of the fingerprint of
+        documents that had scanned pages (:func:`kbsync.ingest.state.document_fingerprint`)."""
+
+    def accepts(self, path: Path) -> bool:
+        """Whether discovery keeps ``path`` (images only with OCR on)."""
+
     def converter(self) -> Converter:
         """The conversion function (isolated worker processes unless disabled)."""
 

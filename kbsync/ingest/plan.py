@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from kbsync.convert import is_supported
 from kbsync.errors import MassDeleteRefused
 from kbsync.ingest.discover import Discovery, discover
 from kbsync.ingest.state import Plan, PlanItem, plan_files
@@ -56,13 +55,13 @@ def plan_root(
             ``guard.max_delete_fraction`` of its documents without
             ``guard.allow_mass_delete``.
     """
-    found = discover(root, accept=is_supported, include=include, exclude=exclude)
+    found = discover(root, accept=runtime.accepts, include=include, exclude=exclude)
     states = runtime.states.load(namespace, root.name)
     check = check_root(runtime.store, runtime.collection, namespace, root.name, states)
     damaged = ([] if check.matches else
                damaged_documents(runtime.store, runtime.collection, namespace, states))
-    plan = plan_files(found.files, states, fingerprint=runtime.fingerprint, force=force,
-                      repair=frozenset(damaged))
+    plan = plan_files(found.files, states, fingerprint=runtime.fingerprint,
+                      ocr_key=runtime.ocr_key, force=force, repair=frozenset(damaged))
     result = RootPlan(root=root, discovery=found, plan=plan)
     if not check.matches:
         _warn_drift(result, check, damaged)
@@ -105,7 +104,7 @@ def preflight_root(
     Raises:
         MassDeleteRefused: as :func:`plan_root`.
     """
-    found = discover(root, accept=is_supported, include=include, exclude=exclude)
+    found = discover(root, accept=runtime.accepts, include=include, exclude=exclude)
     states = runtime.states.load(namespace, root.name)
     present = {f.doc_id for f in found.files}
     plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for d, s in sorted(states.items())

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from kbsync.ingest import identity
-from kbsync.convert import is_supported
 from kbsync.ingest.discover import discover, iter_batches
 from kbsync.errors import StoreDrift
 from kbsync.ingest.summary import new_run_id
@@ -163,9 +162,9 @@ def _reprocess(runtime, namespace: str, todo: Mapping[str, DocState], run_id: st
             log.warning("root %s of namespace %s: folder unknown or gone; %d drifted "
                         "documents kept as they are", root, namespace, len(states))
             continue
-        files = [f for f in discover(RootSpec(root, folder), accept=is_supported).files
+        files = [f for f in discover(RootSpec(root, folder), accept=runtime.accepts).files
                  if f.doc_id in states]
-        plan = plan_files(files, states, fingerprint=runtime.fingerprint,
+        plan = plan_files(files, states, fingerprint=runtime.fingerprint, ocr_key=runtime.ocr_key,
                           repair=frozenset(states))  # every one `changed`, bytes hashed
         result.failures.extend(f.to_dict() for f in plan.failures)
         items = [i for i in plan.items if i.file is not None]

@@ -26,7 +26,7 @@ from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalErr
                            LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.ingest.counters import Count
-from kbsync.ingest.state import PlanItem
+from kbsync.ingest.state import PlanItem, document_fingerprint
 from kbsync.ingest.write import PreparedDoc, heal_document, write_document
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class DocWork:
     source_type: str = ""
     chunks: list[Chunk] = field(default_factory=list)
     prepared: PreparedDoc | None = None
+    ocr_pages: dict[int, float] = field(default_factory=dict)  # kept once the Markdown is dropped
+    scanned_pages: int = 0
 
     @property
     def source(self) -> SourceFile:
@@ -132,6 +134,7 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
             contain(result, work.source, exc, "converting")
             continue
         work.title, work.source_type = work.document.title, work.document.source_type
+        work.ocr_pages, work.scanned_pages = work.document.ocr_pages, work.document.scanned_pages
         result.counters[Count.CONVERTER_WARNINGS] += len(work.document.warnings)
         result.work.append(work)
     return result
@@ -237,7 +240,8 @@ def _assign(result: StageResult, works: Sequence[DocWork], outcome, contextual: 
         result.counters[Count.EMBEDDINGS_FAILED] += sum(failed)
         work.prepared = PreparedDoc(source=work.source, chunks=work.chunks, vectors=vectors,
                                     failed=failed, title=work.title,
-                                    source_type=work.source_type, contextual=contextual)
+                                    source_type=work.source_type, contextual=contextual,
+                                    ocr_pages=work.ocr_pages, scanned_pages=work.scanned_pages)
         result.work.append(work)
 
 
@@ -259,7 +263,10 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
         try:
             state = write_document(work.prepared, store=runtime.store, states=runtime.states,
                                    collection=runtime.collection, namespace=namespace,
-                                   fingerprint=runtime.fingerprint, run_id=run_id)
+                                   fingerprint=document_fingerprint(
+                                       runtime.fingerprint, runtime.ocr_key,
+                                       work.prepared.scanned_pages),
+                                   run_id=run_id)
         except RUN_LEVEL_ERRORS:
             raise
         except KbsyncError as exc:

@@ -57,6 +57,34 @@ def fingerprint(**shaping: Any) -> str:
     return stable_hash(shaping)[:32]
 
 
+OCR_OFF = "off"
+"""The OCR key of a run without OCR (:meth:`kbsync.convert.ocr.OcrConfig.key`)."""
+
+
+def document_fingerprint(base: str, ocr_key: str, scanned_pages: int | None) -> str:
+    """The fingerprint one document's record must carry to be unchanged.
+
+    OCR settings shape only the pages OCR reads, so they enter only the fingerprint of a
+    document that had pages without a usable text layer: switching OCR on, or changing its
+    languages, reprocesses exactly those documents, and no other. ``scanned_pages`` is
+    ``None`` for a record written before OCR existed: nothing says whether it had such
+    pages, so with OCR on a PDF's record never matches (each old PDF is read once more)
+    and with it off any record matches on ``base`` (the caller decides which are PDFs by
+    passing ``None`` only for them; see :func:`plan_files`).
+    """
+    if scanned_pages == 0 or (scanned_pages is None and ocr_key == OCR_OFF):
+        return base
+    return stable_hash({"base": base, "ocr": ocr_key})[:32]
+
+
+def _expected(previous: DocState, base: str, ocr_key: str) -> str:
+    """``document_fingerprint`` of a record: unknown scans matter only for PDFs."""
+    scanned = previous.scanned_pages
+    if scanned is None and not previous.doc_id.lower().endswith(".pdf"):
+        scanned = 0  # only PDFs had pages without text before OCR existed
+    return document_fingerprint(base, ocr_key, scanned)
+
+
 def utc_now() -> str:
     """ISO-8601 UTC timestamp, second precision."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
@@ -188,13 +216,16 @@ def plan_files(
     states: Mapping[str, DocState],
     *,
     fingerprint: str,
+    ocr_key: str = OCR_OFF,
     force: bool = False,
     repair: AbstractSet[str] = frozenset(),
 ) -> Plan:
     """Classify files as new, changed, unchanged or heal, and records as missing.
 
     A file is read (hashed) only when it has no record, its size or mtime
-    differ from the record, or the settings fingerprint changed (or ``force``).
+    differ from the record, or the settings fingerprint changed (or ``force``); for a
+    document that had scanned pages the fingerprint includes ``ocr_key``
+    (:func:`document_fingerprint`).
     ``heal`` is an unchanged file whose record is ``partial``: only its flagged
     chunks need embedding again. Returned items carry ``content_hash``.
     A recorded document in ``repair`` (its points no longer match its record),
@@ -209,7 +240,7 @@ def plan_files(
         repairing = previous is not None and (source.doc_id in repair
                                               or previous.fingerprint == REPAIR_FINGERPRINT)
         same_settings = (previous is not None and not force and not repairing
-                         and previous.fingerprint == fingerprint)
+                         and previous.fingerprint == _expected(previous, fingerprint, ocr_key))
         if (same_settings and previous is not None
                 and (previous.size, previous.mtime_ns) == (source.size, source.mtime_ns)):
             source = _with_hash(source, previous.content_hash)  # stat check: not read

@@ -71,6 +71,8 @@ class PreparedDoc:
     source_type: str = ""
     extra_payload: dict = field(default_factory=dict)
     contextual: bool = False  # index title + heading path + text (kbsync.text.context)
+    ocr_pages: dict[int, float] = field(default_factory=dict)  # page -> OCR confidence
+    scanned_pages: int = 0  # pages without a usable text layer (kbsync.models.Document)
 
     @property
     def status(self) -> DocStatus:
@@ -104,12 +106,23 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
             "page_end": chunk.page_end, "content_hash": doc.source.content_hash,
             "embedding_failed": failed, "title": doc.title, "source_type": doc.source_type,
             "folders": folders_of(doc.source.rel_path), "modified": doc.source.mtime_ns // 10**9,
-            "payload_version": PAYLOAD_VERSION, **doc.extra_payload,
+            "payload_version": PAYLOAD_VERSION, **doc.extra_payload, **ocr_payload(doc, chunk),
         }
         points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
                                         chunk.text), payload=payload, vector=vector,
                             sparse=encode_document(doc.indexed_text(chunk))))
     return points
+
+
+def ocr_payload(doc: PreparedDoc, chunk: Chunk) -> dict:
+    """``ocr: true`` and ``ocr_confidence`` (the lowest of its OCR'd pages' mean word
+    confidence, 0-100) for a chunk on a page OCR read; nothing for any other chunk, so
+    stores written before OCR existed need no rewrite."""
+    if not doc.ocr_pages or chunk.page_start is None:
+        return {}
+    end = chunk.page_end if chunk.page_end is not None else chunk.page_start
+    scores = [doc.ocr_pages[p] for p in range(chunk.page_start, end + 1) if p in doc.ocr_pages]
+    return {"ocr": True, "ocr_confidence": min(scores)} if scores else {}
 
 
 def write_document(
@@ -128,6 +141,9 @@ def write_document(
     2. delete this document's points that are not in the new set;
     3. commit the state record.
 
+    ``fingerprint`` is the document's own (:func:`kbsync.ingest.state.document_fingerprint`),
+    recorded with its ``scanned_pages``.
+
     Returns:
         The committed state.
     Raises:
@@ -145,7 +161,7 @@ def write_document(
         path=doc.source.display, content_hash=doc.source.content_hash or "",
         fingerprint=fingerprint, chunk_count=len(points), status=doc.status,
         updated_at=utc_now(), run_id=run_id, size=doc.source.size,
-        mtime_ns=doc.source.mtime_ns,
+        mtime_ns=doc.source.mtime_ns, scanned_pages=doc.scanned_pages,
     )
     states.commit([state])
     log.debug("wrote %s: %d points, %d stale removed", doc.source.doc_id, len(points), len(stale))

@@ -120,7 +120,8 @@ def test_converter_warnings_are_counted(tmp_path):
     (share / "scan.pdf").write_bytes(pdf.tobytes())
     result = convert_stage(new_items(share), max_bytes=MAX_BYTES)
     [work] = result.work
-    assert work.document.warnings == ["1 page(s) without a text layer: 2"]
+    [warning] = work.document.warnings
+    assert warning.startswith("1 page(s) without a usable text layer: 2 (turn OCR on with KBSYNC_OCR")
     assert dict(result.counters) == {"converter_warnings": 1} and result.failures == []
 
 

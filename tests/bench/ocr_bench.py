@@ -1,0 +1,123 @@
+"""OCR benchmark (not run in CI): pages/s on CPU, side by side in one run.
+
+    nice -n 5 .venv/bin/python tests/bench/ocr_bench.py [--pages 6] [--text-pages 200]
+
+On scans the script makes (English and Chinese text rendered to bitmaps, see tests/scans.py),
+it prints, each row on the same pages in this one run:
+
+* text-layer pages/s with OCR off and with OCR on (the fast path must not slow down: OCR
+  on only adds the garble test, a font lookup per page);
+* scanned pages/s of kbsync's OCR (PyMuPDF renders, the ``tesseract`` CLI reads TSV, one
+  thread) at 300 and 200 dpi, and of PyMuPDF's own ``get_textpage_ocr(full=True)`` (the
+  same engine linked into MuPDF; no confidence), with the share of the known words found;
+* the isolated conversion pool (2 workers) on a mixed share: scans and text PDFs together.
+
+Only ratios within one run mean anything on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO)]
+
+import pymupdf
+
+from kbsync.convert import OcrConfig, convert
+from kbsync.convert.isolate import IsolatedConverter
+from tests.scans import (
+    CHINESE,
+    CHINESE_WORDS,
+    ENGLISH,
+    ENGLISH_WORDS,
+    add_scanned_page,
+    add_text_page,
+    tesseract_missing,
+)
+
+WORDS = ENGLISH_WORDS | CHINESE_WORDS
+
+
+def make_pdfs(folder: Path, scanned: int, text: int) -> tuple[Path, Path]:
+    scan = pymupdf.open()
+    for _ in range(scanned):
+        add_scanned_page(scan, [(ENGLISH, "helv"), (CHINESE, "china-s")])
+    digital = pymupdf.open()
+    for i in range(text):
+        add_text_page(digital, f"Digital page {i}: {ENGLISH}")
+    (folder / "scan.pdf").write_bytes(scan.tobytes())
+    (folder / "text.pdf").write_bytes(digital.tobytes())
+    return folder / "scan.pdf", folder / "text.pdf"
+
+
+def recall(markdown: str, pages: int) -> float:
+    return sum(markdown.count(w) >= pages for w in WORDS) / len(WORDS)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def pymupdf_ocr(path: Path, dpi: int) -> str:
+    doc = pymupdf.open(path)
+    texts = []
+    for page in doc:
+        tp = page.get_textpage_ocr(language="eng+chi_sim", dpi=dpi, full=True)
+        texts.append(page.get_text(textpage=tp))
+    return "\n".join(texts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pages", type=int, default=6, help="scanned pages")
+    parser.add_argument("--text-pages", type=int, default=200)
+    args = parser.parse_args()
+    if tesseract_missing():
+        sys.exit(f"ocr_bench: {tesseract_missing()}")
+    rows: list[tuple[str, int, float, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        scan, text = make_pdfs(Path(tmp), args.pages, args.text_pages)
+        for label, ocr in (("text layer, OCR off", OcrConfig()),
+                           ("text layer, OCR on", OcrConfig(enabled=True))):
+            _, secs = timed(lambda ocr=ocr: convert(text, doc_id="t", ocr=ocr))
+            rows.append((label, args.text_pages, secs, ""))
+        for dpi in (300, 200):
+            doc, secs = timed(lambda dpi=dpi: convert(scan, doc_id="s",
+                                                      ocr=OcrConfig(enabled=True, dpi=dpi)))
+            conf = sum(doc.ocr_pages.values()) / max(len(doc.ocr_pages), 1)
+            rows.append((f"scan, kbsync tesseract CLI {dpi} dpi", args.pages, secs,
+                         f"words {recall(doc.markdown, args.pages):.0%}, conf {conf:.0f}"))
+        out, secs = timed(lambda: pymupdf_ocr(scan, 300))
+        rows.append(("scan, pymupdf get_textpage_ocr 300 dpi", args.pages, secs,
+                     f"words {recall(out, args.pages):.0%}, no conf"))
+        with IsolatedConverter(workers=2, memory_mb=None) as pool:
+            ocr = OcrConfig(enabled=True)
+            pool.convert(text, doc_id="warm", ocr=ocr)
+            start = time.perf_counter()
+            done: dict[str, float] = {}
+
+            def one(path: Path) -> None:
+                pool.convert(path, doc_id=path.name, ocr=ocr)
+                done[path.name] = time.perf_counter() - start
+
+            with ThreadPoolExecutor(2) as ex:  # the scan first: it must not hold the text up
+                list(ex.map(one, [scan, text]))
+            rows.append(("isolated x2, scan + text PDF: text done", args.text_pages,
+                         done["text.pdf"], f"while the scan took {done['scan.pdf']:.1f} s"))
+    base = rows[2][1] / rows[2][2]
+    print(f"{'case':44} {'pages':>6} {'s':>7} {'pages/s':>8} {'x scan300':>9}  notes")
+    for label, pages, secs, note in rows:
+        rate = pages / secs
+        print(f"{label:44} {pages:6d} {secs:7.2f} {rate:8.2f} {rate / base:9.2f}  {note}")
+
+
+if __name__ == "__main__":
+    main()
