@@ -42,9 +42,10 @@ EMBEDDER = "embedder"
 ROOT_BINDING = "root"
 RESERVED_ROOTS = ("<api>",)  # kbsync.api's pseudo-root: a directory root must not take it
 REBIND_HINT = "--rebind (flow parameter rebind=true)"
-CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's, or "
-                     "change models with `kbsync rebuild --queries FILE` (a shadow collection "
-                     "swapped in behind an evaluation gate; README, Rebuilds)")
+CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's; to "
+                     "change models run `kbsync rebuild --queries FILE` (a shadow collection "
+                     "swapped in behind an evaluation gate), or build a new collection with "
+                     "KBSYNC_COLLECTION=<new name> and ingest there (README, Rebuilds)")
 
 
 # -- embedder identity ------------------------------------------------------------------------
