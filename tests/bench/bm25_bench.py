@@ -1,0 +1,134 @@
+"""kbsync's BM25 encoder against qdrant-edge-py's own ``Bm25``, on the same chunks, one run.
+
+    python tests/bench/retrieval_bench.py --models hash --chunk-tokens 400 --contextual on  # once
+    python tests/bench/bm25_bench.py [--sets en,zh] [--work DIR]
+
+The chunks are read back from the stores retrieval_bench built (``SET-hash-400-ctx``), so
+both encoders see exactly the texts kbsync encodes (title and heading path in front). Each
+encoder's document and query vectors are scored the way Qdrant's IDF modifier scores them,
+``sum over query terms of idf(t) * doc_weight(t)`` with ``idf = ln(1 + (N - n + 0.5) /
+(n + 0.5))``, in memory, so only the tokenisation and weighting differ. Chunk hits are
+ranked into documents like search does (best chunk per document), and nDCG@10, hit@10
+and MRR come from kbsync.eval.metrics. Not collected by pytest.
+
+Encoders: ``kbsync`` (kbsync/text/sparse.py: words, S-stemmer, CJK bigrams),
+``edge-en`` (Bm25Config defaults: English word tokenizer, stop words, Snowball stemmer),
+``edge-multi`` (the Multilingual tokenizer, English stop words and stemmer), and
+``edge-multi-plain`` (Multilingual, no stemmer, no stop words).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(REPO)]
+
+SETS = {"en": "en_rfaq_git.jsonl", "zh": "zh_manpages.jsonl"}
+K = 10
+
+
+def _chunks(work: Path, set_name: str) -> list[tuple[str, str]]:
+    """(doc_id, contextual text) of every chunk retrieval_bench stored for the set."""
+    from kbsync.app.runtime import Runtime
+    from kbsync.settings import Settings
+    from kbsync.text.context import contextual_text
+
+    home = work / f"{set_name}-hash-400-ctx"
+    if not home.exists():
+        raise SystemExit(f"{home} is missing: run retrieval_bench.py --models hash "
+                         "--chunk-tokens 400 --contextual on first")
+    runtime = Runtime.open(Settings(home=home, embed_provider="hash", chunk_tokens=400,
+                                    contextual_text=True))
+    try:
+        return [(p.payload["doc_id"], contextual_text(
+                    p.payload["text"], title=p.payload.get("title") or "",
+                    heading_path=p.payload.get("heading_path") or ""))
+                for p in runtime.store.scroll(runtime.collection)]
+    finally:
+        runtime.close()
+
+
+def _encoders() -> dict[str, tuple]:
+    """name -> (encode_document, encode_query), each text -> {index: weight}."""
+    import qdrant_edge as q
+
+    from kbsync.text.sparse import encode_document, encode_query
+
+    def ours(fn):
+        def encode(text: str) -> dict[int, float]:
+            vector = fn(text)
+            return dict(zip(vector.indices, vector.values))
+        return encode
+
+    def edge(config):
+        model = q.Bm25(config)
+        return (lambda t: dict(zip(*_sv(model.embed_document(t)))),
+                lambda t: dict(zip(*_sv(model.embed_query(t)))))
+
+    plain = q.Bm25Config(tokenizer=q.TokenizerType.Multilingual, stemmer=q.DisabledStemmer(),
+                         stopwords=q.StopwordsSet(languages=set(), custom=set()))
+    return {
+        "kbsync": (ours(encode_document), ours(encode_query)),
+        "edge-en": edge(q.Bm25Config()),
+        "edge-multi": edge(q.Bm25Config(tokenizer=q.TokenizerType.Multilingual)),
+        "edge-multi-plain": edge(plain),
+    }
+
+
+def _sv(vector) -> tuple[list[int], list[float]]:
+    return list(vector.indices), list(vector.values)
+
+
+def _score(chunks, queries, encode_doc, encode_query) -> dict[str, float]:
+    from kbsync.eval import metrics as m
+
+    postings: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for i, (_, text) in enumerate(chunks):
+        for term, weight in encode_doc(text).items():
+            postings[term].append((i, weight))
+    n = len(chunks)
+    totals = defaultdict(float)
+    for q in queries:
+        scores: dict[int, float] = defaultdict(float)
+        for term, qweight in encode_query(q.query).items():
+            posting = postings.get(term, [])
+            idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
+            for i, weight in posting:
+                scores[i] += idf * weight * qweight
+        ranked_docs: list[str] = []
+        for i in sorted(scores, key=scores.get, reverse=True)[:100]:
+            if chunks[i][0] not in ranked_docs:
+                ranked_docs.append(chunks[i][0])
+        relevant = set(q.relevant)
+        totals["ndcg@10"] += m.ndcg_at_k(ranked_docs, relevant, 10)
+        totals["hit@10"] += m.hit_at_k(ranked_docs, relevant, K)
+        totals["mrr"] += m.mrr_at_k(ranked_docs, relevant, K)
+    return {k: v / len(queries) for k, v in totals.items()}
+
+
+def main() -> None:
+    from kbsync.eval.run import load_queries
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", default="en,zh")
+    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "kbsync-eval-work")
+    args = parser.parse_args()
+    encoders = _encoders()
+    print("| set | encoder | nDCG@10 | hit@10 | MRR |\n|---|---|---|---|---|")
+    for set_name in args.sets.split(","):
+        chunks = _chunks(args.work, set_name)
+        queries = load_queries(REPO / "data" / "eval" / SETS[set_name])
+        for name, (doc, query) in encoders.items():
+            x = _score(chunks, queries, doc, query)
+            print(f"| {set_name} ({len(chunks)} chunks) | {name} | {x['ndcg@10']:.3f} | "
+                  f"{x['hit@10']:.3f} | {x['mrr']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
