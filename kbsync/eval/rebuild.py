@@ -113,8 +113,14 @@ def live_settings(resolved: Settings, store) -> Settings:
                          "`kbsync ingest` once (it adopts the configured one), then rebuild")
     update: dict[str, Any] = {"embed_provider": EmbedProvider(identity.provider),
                               "embed_model": identity.model}
+    same = (resolved.embed_provider.value, resolved.embed_model_name()) == (
+        identity.provider, identity.model)
     if identity.provider == EmbedProvider.HASH.value:
         update["embed_dimensions"] = identity.dimension  # the hash model's only setting
+    elif identity.provider == EmbedProvider.LOCAL.value:
+        update["embed_dimensions"] = None  # a local model has one size
+    elif not same:  # an endpoint model: ask for the size the collection was built with
+        update["embed_dimensions"] = identity.dimension
     return resolved.model_copy(update=update)
 
 
