@@ -12,7 +12,7 @@ from typing import Any
 
 from kbsync.errors import UsageError
 
-TYPES_HELP = "pdf, html, docx, xlsx, pptx, csv, markdown, text, json, code"
+TYPES_HELP = "pdf, html, docx, xlsx, pptx, csv, markdown, text, json, code, image"
 """``kbsync.query.filters.SOURCE_TYPES`` spelled out: ``--help`` must not import the query
 wing (tests/app/test_cli_startup.py); tests/app/test_cli_filters.py keeps the two equal."""
 

@@ -34,7 +34,8 @@ from typing import Any
 from kbsync.errors import UsageError
 from kbsync.store.base import Condition, Filter, Match, Range, VectorStore
 
-SOURCE_TYPES = ("pdf", "html", "docx", "xlsx", "pptx", "csv", "markdown", "text", "json", "code")
+SOURCE_TYPES = ("pdf", "html", "docx", "xlsx", "pptx", "csv", "markdown", "text", "json", "code",
+                "image")
 """The ``source_type`` values the converters write (``kbsync/convert``)."""
 
 TYPE_ALIASES = {"md": "markdown", "htm": "html", "xhtml": "html", "txt": "text"}
