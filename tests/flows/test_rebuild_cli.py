@@ -80,7 +80,12 @@ def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     assert report["shadow"]["collection"] == "kbsync__r1"
     assert report["state"]["matches"] and report["duration_s"] > 0
     assert set(report["timings"]) == {"build_s", "eval_s", "swap_s"}
-    assert report["ingest"]["default"]["added"] == len(TOPICS)
+    built = report["ingest"]["default"]
+    assert built["added"] == len(TOPICS)
+    # Same model, texts unchanged (short documents are one chunk either way): every vector
+    # comes from the embedding cache.
+    assert (built["embeddings_computed"], built["embeddings_cached"]) == (0, built["chunks_kept"])
+    assert report["replay"]["default"]["unchanged"] == len(TOPICS)  # nothing changed meanwhile
     pointer = _pointer(home)
     assert pointer["active"] == "kbsync__r1" and pointer["previous"] == "kbsync"
     assert pointer["build"]["chunk_tokens"] == 64
