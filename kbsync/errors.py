@@ -161,7 +161,8 @@ class EmptyDocument(ConversionError):
 
 
 class NoTextLayer(ConversionError):
-    """A PDF whose pages hold only images (a scan); OCR is out of scope."""
+    """A PDF with no usable text layer (a scan, or mojibake) that OCR did not read: OCR is
+    off (the message says how to turn it on) or found no text."""
 
 
 class FileTooLarge(ConversionError):
