@@ -35,6 +35,14 @@ from tasks.resources import release, runtime_for
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
 
+class _Shadow(PrefectExecutor):
+    """The shadow's executor: its write lock names the rebuild to refused writers."""
+
+    def write_lock(self, namespace: str):
+        """The shadow's lock (on the embedded store: the one lock of the store)."""
+        return run_lock(self.settings, namespace, purpose="rebuild")
+
+
 class _Unlocked(PrefectExecutor):
     """The shadow's executor while the rebuild holds the live collection's write lock
     (one lock file covers the embedded store: taking it again would wait on ourselves)."""
@@ -84,7 +92,7 @@ def rebuild(
         logger.info("rebuild %s: live %s, shadow %s%s, roots %s", plan.logical, plan.live,
                     plan.shadow, " (resumed)" if plan.resumed else "", plan.roots)
         mark = time.perf_counter()
-        builds = _ingest_all(plan, PrefectExecutor(shadow), run_id)
+        builds = _ingest_all(plan, _Shadow(shadow), run_id)
         timings["build_s"] = round(time.perf_counter() - mark, 3)
         mark = time.perf_counter()
         evals = {which: t.evaluate_collection(queries, specs, which, live, shadow,
