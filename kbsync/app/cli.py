@@ -191,6 +191,7 @@ def _ingest(args, settings) -> int:
     from kbsync.ingest.lock import refuse_if_held
 
     refuse_if_held(settings, args.namespace)  # before Prefect starts, which costs seconds
+    server = _start_early(settings, args)
     from flows.ingest import ingest  # imported late: Prefect's import costs seconds
 
     from kbsync.app.console import ingest_status, print_ingest
@@ -198,6 +199,8 @@ def _ingest(args, settings) -> int:
 
     # A lost Prefect API: the usual error line (and JSON object), then exit at once.
     set_lost_handler(lambda exc: exit_now(_failed(exc, [], args, settings)))
+    if server is not None:
+        server.use()  # waits until it answers
     with watch_orchestrator(settings), ingest_status(enabled=not args.json):
         state = ingest(roots=[root_parameter(r) for r in args.roots], namespace=args.namespace,
                        mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
@@ -213,6 +216,19 @@ def _ingest(args, settings) -> int:
     else:
         print_ingest(summary)
     return EXIT_PARTIAL if summary["failed"] else EXIT_OK
+
+
+def _start_early(settings, args):
+    """Start, while Prefect imports, what the run would wait for: the conversion
+    forkserver (when files are converted in workers) and Prefect's temporary server
+    (without PREFECT_API_URL; :mod:`tasks.temp_server`). Returns that server or None."""
+    if settings.convert_isolation and not args.dry_run:
+        from kbsync.convert.isolate import start_forkserver
+
+        start_forkserver()
+    from tasks.temp_server import start  # no Prefect import in it
+
+    return start()
 
 
 def _search(args, settings) -> int:

@@ -76,6 +76,27 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
             conn.send(("err", ConversionError(f"{display_path(path)}: converter failed ({type(exc).__name__}: {exc})")))
 
 
+def start_forkserver() -> None:
+    """Start this process's forkserver now, in the background (it imports ``_PRELOAD``).
+
+    ``kbsync ingest`` calls it before Prefect starts, so the converters' import (~4 s of
+    the pool's start on 2 cores) runs while Prefect imports and its server starts; the
+    pool then forks its workers from the ready forkserver. Returns at once; harmless
+    when no file is converted later (the forkserver idles and exits with this process).
+    """
+    def run() -> None:
+        try:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(_PRELOAD)
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        except (OSError, ValueError) as exc:  # the pool starts it later, as before
+            logger.warning("could not start the conversion forkserver early: %s", exc)
+
+    threading.Thread(target=run, name="kbsync-forkserver-start", daemon=True).start()
+
+
 class _Worker:
     def __init__(self, ctx: Any, memory_mb: int | None, target: Callable[..., Document]) -> None:
         self.conn, child = ctx.Pipe()
