@@ -19,9 +19,10 @@ from kbsync.convert import CONVERTER_VERSION, convert, is_supported
 from kbsync.convert.ocr import OcrConfig, check_available
 from kbsync.embed.base import Embedder
 from kbsync.ingest.context import IngestConfig
+from kbsync.ingest.identity import sparse_encoder
 from kbsync.settings import Settings
 from kbsync.text.context import CONTEXT_VERSION
-from kbsync.text.sparse import SPARSE_VERSION
+from kbsync.text.sparse import SparseEncoder
 from kbsync.ingest.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
 from kbsync.ingest.write import (CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES,
@@ -92,6 +93,7 @@ class Runtime:
     chunk_config: ChunkConfig
     config: IngestConfig = field(init=False)
     _converters: ConverterPool = field(init=False, repr=False)
+    _sparse: dict[str, SparseEncoder] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.config = IngestConfig.from_settings(self.settings)
@@ -118,6 +120,16 @@ class Runtime:
         return self.settings.collection
 
     @property
+    def sparse(self) -> SparseEncoder:
+        """The collection's own BM25 encoder (:func:`identity.sparse_encoder`), read once
+        per collection name: a collection keeps the encoder it was built with until it
+        is rebuilt."""
+        name = self.collection
+        if name not in self._sparse:
+            self._sparse[name] = sparse_encoder(self.states, self.store, name)
+        return self._sparse[name]
+
+    @property
     def fingerprint(self) -> str:
         """Hash of every setting that shapes stored points (see :func:`state.fingerprint`)."""
         # The fit (the model's input limit) only enters when active, so stores built
@@ -132,7 +144,7 @@ class Runtime:
             chunk_tokens=self.chunk_config.max_tokens,
             chunk_overlap=self.chunk_config.overlap,
             chunk_max_chars=self.chunk_config.max_chars,
-            sparse=SPARSE_VERSION,
+            sparse=self.sparse.version,
             payload=PAYLOAD_VERSION,  # new filter fields: points are rewritten once
             provider=service.provider,
             model=service.model,

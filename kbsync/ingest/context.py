@@ -19,6 +19,7 @@ from kbsync.ingest.state import StateStore
 from kbsync.models import Document
 from kbsync.store.base import VectorStore
 from kbsync.text.chunk import ChunkConfig
+from kbsync.text.sparse import SparseEncoder
 
 Converter = Callable[..., Document]
 """``converter(path, *, doc_id, max_bytes) -> Document`` (:func:`kbsync.convert.convert`)."""
@@ -80,6 +81,10 @@ class IngestContext(Protocol):
     @property
     def fingerprint(self) -> str:
         """Hash of every setting that shapes stored points."""
+
+    @property
+    def sparse(self) -> SparseEncoder:
+        """The collection's own BM25 encoder (:func:`kbsync.ingest.identity.sparse_encoder`)."""
 
     @property
     def ocr_key(self) -> str:

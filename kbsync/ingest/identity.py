@@ -16,8 +16,11 @@ path minus its relative path) and recorded on the next real run.
 dimension and sparse-encoder version it was built with. Ingest, search (and so ask,
 eval and the Python API) refuse another configured embedder with
 :class:`~kbsync.errors.EmbedderMismatch`: vectors of two models are not comparable even
-when their dimensions agree. A collection built before the record existed adopts the
-configured embedder on its next ingest, with a warning; search on it is not checked.
+when their dimensions agree. The sparse encoder is not configured: a collection keeps
+the one it records (:func:`sparse_encoder`), for writes and queries alike, until it is
+rebuilt. A collection built before the record existed adopts the configured embedder
+on its next ingest, with a warning, and the legacy sparse encoder its points were made
+with; search on it is not checked.
 
 Every check is one keyword-index lookup in the state collection, never a scroll of the
 documents. Checks write nothing; :func:`record_run` writes what :func:`check_run` found
@@ -33,7 +36,7 @@ from typing import Sequence
 
 from kbsync.errors import EmbedderMismatch, RootConflict
 from kbsync.models import RootSpec, display_path
-from kbsync.text.sparse import SPARSE_VERSION
+from kbsync.text.sparse import CURRENT, LEGACY, SPARSE_VERSION, SparseEncoder, encoder_for
 from kbsync.ingest.state import StateStore, utc_now
 
 log = logging.getLogger(__name__)
@@ -97,20 +100,43 @@ def check_embedder(states: StateStore, service, *, collection: str) -> EmbedderI
     if stored is None:
         return None
     if (stored.provider, stored.model) != (service.provider, service.model) or \
-            (stored.dimension, stored.sparse) != (service.dimension, SPARSE_VERSION):
-        configured = EmbedderIdentity(service.provider, service.model, service.dimension)
+            stored.dimension != service.dimension:
+        configured = EmbedderIdentity(service.provider, service.model, service.dimension,
+                                      sparse=stored.sparse)
         raise EmbedderMismatch(
             f"collection {collection} was built with {stored.describe()}, but the configured "
             f"embedder is {configured.describe()}; {CHANGE_MODEL_HINT}")
+    encoder_for(stored.sparse)  # a version this release does not know is refused
     return stored
 
 
-def check_query_embedder(store, service, *, collection: str) -> None:
+def sparse_encoder(states: StateStore, store, collection: str) -> SparseEncoder:
+    """The sparse encoder ``collection`` is written and queried with.
+
+    The recorded one; for a collection that records none, the legacy encoder when it
+    holds points (they were made before the record existed) and the current one when
+    it is new or empty.
+
+    Raises:
+        UsageError: the recorded version is unknown to this release.
+    """
+    stored = stored_embedder(states)
+    if stored is not None:
+        return encoder_for(stored.sparse)
+    return LEGACY if store.count(collection) else CURRENT
+
+
+def check_query_embedder(store, service, *, collection: str) -> SparseEncoder:
     """:func:`check_embedder` for the query side, which knows only the chunk collection.
 
     The state collection's name follows :attr:`kbsync.settings.Settings.state_collection`.
+
+    Returns:
+        The collection's sparse encoder (:func:`sparse_encoder`), to encode the query.
     """
-    check_embedder(StateStore(store, f"{collection}_state"), service, collection=collection)
+    states = StateStore(store, f"{collection}_state")
+    check_embedder(states, service, collection=collection)
+    return sparse_encoder(states, store, collection)
 
 
 # -- root bindings ------------------------------------------------------------------------------
@@ -211,7 +237,8 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
     plan = IdentityPlan()
     states, service = runtime.states, runtime.service
     if check_embedder(states, service, collection=runtime.collection) is None:
-        plan.embedder = EmbedderIdentity(service.provider, service.model, service.dimension)
+        plan.embedder = EmbedderIdentity(service.provider, service.model, service.dimension,
+                                         sparse=runtime.sparse.version)
         if runtime.store.count(runtime.collection):
             plan.warnings.append(
                 f"collection {runtime.collection} records no embedder (made by an older "

@@ -266,7 +266,7 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
                                    fingerprint=document_fingerprint(
                                        runtime.fingerprint, runtime.ocr_key,
                                        work.prepared.scanned_pages),
-                                   run_id=run_id)
+                                   run_id=run_id, sparse=runtime.sparse)
         except RUN_LEVEL_ERRORS:
             raise
         except KbsyncError as exc:
@@ -293,7 +293,7 @@ def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
             state, outcome = heal_document(
                 source, item.previous, store=runtime.store, states=runtime.states,
                 service=runtime.service, collection=runtime.collection, namespace=namespace,
-                run_id=run_id, contextual=runtime.config.contextual_text)
+                run_id=run_id, sparse=runtime.sparse, contextual=runtime.config.contextual_text)
         except RUN_LEVEL_ERRORS:
             raise
         except KbsyncError as exc:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from kbsync.models import Chunk, DocState, DocStatus, SourceFile
 from kbsync.text.context import contextual_text
-from kbsync.text.sparse import encode_document
+from kbsync.text.sparse import SparseEncoder
 from kbsync.ingest.state import StateStore, utc_now
 from kbsync.store.base import Filter, Point, VectorStore
 
@@ -86,15 +86,16 @@ class PreparedDoc:
         return contextual_text(chunk.text, title=self.title, heading_path=chunk.heading_path)
 
 
-def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
+def build_points(doc: PreparedDoc, namespace: str, *, sparse: SparseEncoder) -> list[Point]:
     """The points of one document (payload = the citation fields plus bookkeeping).
 
     Every payload string is valid UTF-8: ``path`` is the display form of the
     file's path (undecodable bytes as ``\\xNN``, like the doc_id), never the raw
     OS path, which the engines refuse.
 
-    Each point carries the dense vector and the BM25 sparse vector of its text
-    (``kbsync.text.sparse.encode_document``; the collection must have ``sparse=True``).
+    Each point carries the dense vector and the BM25 sparse vector of its text, by the
+    collection's own ``sparse`` encoder (:func:`kbsync.ingest.identity.sparse_encoder`;
+    the collection must have ``sparse=True``).
     """
     points = []
     for chunk, vector, failed in zip(doc.chunks, doc.vectors, doc.failed, strict=True):
@@ -110,7 +111,7 @@ def build_points(doc: PreparedDoc, namespace: str) -> list[Point]:
         }
         points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
                                         chunk.text), payload=payload, vector=vector,
-                            sparse=encode_document(doc.indexed_text(chunk))))
+                            sparse=sparse.encode_document(doc.indexed_text(chunk))))
     return points
 
 
@@ -134,6 +135,7 @@ def write_document(
     namespace: str,
     fingerprint: str,
     run_id: str,
+    sparse: SparseEncoder,
 ) -> DocState:
     """Replace one document in the store, in the crash-safe order.
 
@@ -149,7 +151,7 @@ def write_document(
     Raises:
         KbsyncError: a store failure; the previous state is then left as it was.
     """
-    points = build_points(doc, namespace)
+    points = build_points(doc, namespace, sparse=sparse)
     store.upsert(collection, points)
     keep = {p.id for p in points}
     flt = Filter.where(namespace=namespace, doc_id=doc.source.doc_id)
@@ -202,7 +204,8 @@ def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
 
 def heal_document(
     source: SourceFile, previous: DocState, *, store: VectorStore, states: StateStore,
-    service, collection: str, namespace: str, run_id: str, contextual: bool = False,
+    service, collection: str, namespace: str, run_id: str, sparse: SparseEncoder,
+    contextual: bool = False,
 ) -> tuple[DocState, EmbedOutcome]:
     """Re-embed the zero-vector chunks of an unchanged ``partial`` document.
 
@@ -221,7 +224,7 @@ def heal_document(
     outcome = service.embed_passages(texts)
     # An upsert replaces every vector of a point: the sparse one is written again too.
     healed = [Point(id=p.id, payload={**p.payload, "embedding_failed": False}, vector=v,
-                    sparse=encode_document(text))
+                    sparse=sparse.encode_document(text))
               for p, text, v, failed in zip(flagged, texts, outcome.vectors, outcome.failed,
                                             strict=True)
               if not failed]

@@ -45,7 +45,7 @@ from kbsync.errors import KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
 from kbsync.ingest.identity import check_query_embedder
 from kbsync.models import SearchHit
-from kbsync.text.sparse import encode_query
+from kbsync.text.sparse import SparseEncoder
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def search(
                                   modified_since=modified_since)
     started = time.perf_counter()
     # Vectors of another model are not comparable, even with the same dimension.
-    check_query_embedder(store, service, collection=collection)
+    sparse = check_query_embedder(store, service, collection=collection)
     notes: list[str] = []
     probes = [_Probe(query)] + _expansions(query, mqe=mqe, hyde=hyde, llm=llm, notes=notes)
     flt = namespace_filter(namespace)
@@ -172,7 +172,8 @@ def search(
     searched: list[_Probe] = []
     for probe in probes:
         points = _search_one(probe, store=store, service=service, collection=collection,
-                             mode=mode, limit=k * CANDIDATE_FACTOR, flt=flt, notes=notes)
+                             mode=mode, limit=k * CANDIDATE_FACTOR, flt=flt, notes=notes,
+                             sparse=sparse)
         if points is None:
             continue
         searched.append(probe)
@@ -222,8 +223,8 @@ def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str]) -> l
 
 
 def _search_one(probe: _Probe, *, store: VectorStore, service, collection: str,
-                mode: SearchMode, limit: int, flt: Filter,
-                notes: list[str]) -> list[ScoredPoint] | None:
+                mode: SearchMode, limit: int, flt: Filter, notes: list[str],
+                sparse: SparseEncoder) -> list[ScoredPoint] | None:
     """Candidates for one text; ``None`` when a HyDE passage could not be embedded."""
     if probe.passage:
         outcome = service.embed_passages([probe.text])
@@ -237,11 +238,11 @@ def _search_one(probe: _Probe, *, store: VectorStore, service, collection: str,
         return store.search(collection, vector, limit=limit, flt=flt)
     depth = max(limit, FUSION_DEPTH)
     dense = store.search(collection, vector, limit=depth, flt=flt)
-    sparse_query = encode_query(probe.text)
-    sparse = (store.sparse_search(collection, sparse_query, limit=depth, flt=flt)
-              if sparse_query.indices else [])
+    sparse_query = sparse.encode_query(probe.text)
+    lexical = (store.sparse_search(collection, sparse_query, limit=depth, flt=flt)
+               if sparse_query.indices else [])
     weights = fusion_for(probe.text, provider=service.provider, model=service.model)
-    return fuse(dense, sparse, weights, limit=limit)
+    return fuse(dense, lexical, weights, limit=limit)
 
 
 def _note(notes: list[str], text: str) -> None:

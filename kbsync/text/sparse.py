@@ -29,9 +29,16 @@ Choices (and why), measured on the labelled sets in ``data/eval`` with
 - **Queries weigh 1.0 per unique term**: repeated query words add nothing.
 
 Indices are Qdrant's own token hashes (32-bit); two tokens can collide and then behave
-as one term. ``SPARSE_VERSION`` names the scheme *and* the qdrant-edge-py release that
-computes it, so an upgrade that could change a token's hash or segmentation enters
-document fingerprints and reprocesses (the embedding cache keeps that cheap).
+as one term. ``SPARSE_VERSION`` names the scheme; qdrant-edge-py is pinned, and
+``tests/query/test_sparse.py`` holds the exact vectors of an English and a Chinese text,
+so an upgrade that changed a token's hash or segmentation fails there first (then the
+scheme needs a new version, and the old one stays for the collections built with it).
+
+**One encoder per collection.** A collection records the sparse encoder it was built
+with (:mod:`kbsync.ingest.identity`) and keeps it: :func:`encoder_for` gives the
+encoder of a recorded version, this module's for new collections and
+:mod:`kbsync.text.sparse_v1` for those built before it. Changing a collection's
+encoder goes through ``kbsync rebuild``, like a model change.
 
 Thread safety: the model is immutable once built and its calls are made under the GIL,
 so one instance serves every thread.
@@ -41,11 +48,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.metadata import version
+from typing import Callable
 
 import qdrant_edge as qe
 
+from kbsync.errors import UsageError
 from kbsync.store.base import SparseVec
+from kbsync.text import sparse_v1
 
 K1 = 1.2
 B = 0.75
@@ -77,9 +86,8 @@ class SparseConfig:
 
 DEFAULT = SparseConfig()
 
-SPARSE_VERSION = (f"qdrant-bm25-multilingual-en-k{K1}-b{B}-avg{AVG_LEN:g}-max{MAX_TOKEN_CHARS}"
-                  f"-edge{version('qdrant-edge-py')}")
-"""Changes whenever the tokeniser, hashing or weights can change (see module doc)."""
+SPARSE_VERSION = "qdrant-bm25-multi-v1"
+"""Changes whenever the tokeniser, hashing or weights change (see module doc)."""
 
 
 @lru_cache(maxsize=8)
@@ -107,3 +115,39 @@ def encode_document(text: str, config: SparseConfig = DEFAULT) -> SparseVec:
 def encode_query(text: str, config: SparseConfig = DEFAULT) -> SparseVec:
     """The query vector of ``text``: weight 1.0 per unique term (empty when none)."""
     return _to_vec(_model(config).embed_query(text))
+
+
+@dataclass(frozen=True)
+class SparseEncoder:
+    """One BM25 scheme: its version (recorded by collections) and its two encoders."""
+
+    version: str
+    encode_document: Callable[[str], SparseVec]
+    encode_query: Callable[[str], SparseVec]
+
+
+CURRENT = SparseEncoder(SPARSE_VERSION, encode_document, encode_query)
+"""What new collections are built with."""
+
+LEGACY = SparseEncoder(sparse_v1.SPARSE_VERSION, sparse_v1.encode_document,
+                       sparse_v1.encode_query)
+"""What collections built before :data:`CURRENT` hold (and every collection that
+records no embedder: the identity record came after it)."""
+
+_KNOWN = {e.version: e for e in (CURRENT, LEGACY)}
+
+
+def encoder_for(version: str) -> SparseEncoder:
+    """The encoder of a recorded sparse version.
+
+    Raises:
+        UsageError: a version this kbsync does not know (a collection written by a
+            newer release): writing or querying it with another scheme would match
+            nothing, so it is refused.
+    """
+    try:
+        return _KNOWN[version]
+    except KeyError:
+        raise UsageError(f"this collection's sparse vectors were made by the {version!r} "
+                         f"encoder, which this kbsync does not know (it knows "
+                         f"{', '.join(sorted(_KNOWN))}): upgrade kbsync") from None

@@ -17,6 +17,7 @@ from kbsync.eval.run import EvalQuery, parse_modes, run_mode
 from kbsync.models import Chunk, SourceFile
 from kbsync.store.edge import EdgeStore
 from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, PreparedDoc, build_points
+from kbsync.text.sparse import LEGACY
 
 DIM = 64
 TEXTS = {
@@ -67,7 +68,8 @@ def runtime(tmp_path: Path):
         chunk = Chunk(doc_id=doc_id, chunk_index=0, text=text, heading_path="",
                       page_start=None, page_end=None, token_count=len(text.split()))
         vectors = service.embed_passages([text]).vectors
-        store.upsert("kb", build_points(PreparedDoc(source, [chunk], vectors, [False]), "ns"))
+        store.upsert("kb", build_points(PreparedDoc(source, [chunk], vectors, [False]), "ns",
+                                        sparse=LEGACY))  # no identity record: read as legacy
     yield EvalRuntime(store=store, service=service)
     store.close()
 

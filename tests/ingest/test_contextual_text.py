@@ -107,7 +107,7 @@ def test_a_heal_indexes_the_same_contextual_text_as_a_fresh_write(tmp_path, sett
         previous = rt.states.load("default")["share/guide.md"]
         [source] = [f for f in files if f.doc_id == "share/guide.md"]
         heal_document(source, previous, store=rt.store, states=rt.states, service=rt.service,
-                      collection=rt.collection, namespace="default", run_id="heal",
+                      collection=rt.collection, namespace="default", run_id="heal", sparse=rt.sparse,
                       contextual=True)
         healed = {p.id: p.vector for p in rt.store.scroll(rt.collection, with_vectors=True)}
         assert healed.keys() == fresh.keys()

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import math
-from importlib.metadata import version
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kbsync.errors import UsageError
+from kbsync.text import sparse_v1
 from kbsync.text.sparse import (
     AVG_LEN,
+    CURRENT,
     DEFAULT,
     K1,
+    LEGACY,
     SPARSE_VERSION,
     SparseConfig,
     encode_document,
     encode_query,
+    encoder_for,
 )
 
 
@@ -100,10 +104,27 @@ def test_bad_config_refused() -> None:
             SparseConfig(**kwargs)
 
 
-def test_version_names_the_engine_release_that_computes_the_vectors() -> None:
-    # An upgrade of qdrant-edge-py may change hashes or segmentation: it must reprocess.
-    assert SPARSE_VERSION.endswith(f"edge{version('qdrant-edge-py')}")
-    assert f"avg{AVG_LEN:g}" in SPARSE_VERSION
+@pytest.mark.parametrize(("text", "indices"), [
+    ("Rotating the API keys of the billing services",
+     [195839524, 493065660, 1188412670, 1342301861, 2025758272]),
+    ("如何配置防火墙规则", [507257442, 822751279, 1450544414, 1707277760, 2129755212]),
+])
+def test_exact_vectors_are_pinned(text: str, indices: list[int]) -> None:
+    # Collections hold these vectors: if a qdrant-edge-py upgrade changes a hash or the
+    # segmentation, this fails; then the scheme needs a new SPARSE_VERSION (and encoder).
+    vec = encode_document(text)
+    assert vec.indices == indices
+    assert vec.values == pytest.approx([1.582734] * 5, rel=1e-6)
+
+
+def test_each_recorded_version_keeps_its_encoder() -> None:
+    assert encoder_for(SPARSE_VERSION) is CURRENT
+    assert encoder_for(sparse_v1.SPARSE_VERSION) is LEGACY
+    text = "policies ERR_7Q4Z"
+    assert LEGACY.encode_document(text) == sparse_v1.encode_document(text)
+    assert LEGACY.encode_document(text) != CURRENT.encode_document(text)
+    with pytest.raises(UsageError, match="does not know"):
+        encoder_for("bm25-v9")
 
 
 def test_deterministic_across_calls() -> None:
