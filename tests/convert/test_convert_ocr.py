@@ -137,3 +137,16 @@ def test_each_page_has_its_own_time_limit_in_the_isolated_workers(tmp_path):
     assert quick.ocr_pages == {} and quick.scanned_pages == 2
     assert "lighthouse" in quick.markdown
     assert any("OCR failed on 2 page(s)" in w and "took over 0.01 s" in w for w in quick.warnings)
+
+
+@needs_tesseract
+def test_each_tiff_frame_is_a_page(tmp_path):
+    image = pytest.importorskip("PIL.Image")
+    import io
+
+    english = image.open(io.BytesIO(scan_png([(ENGLISH, "helv")])))
+    chinese = image.open(io.BytesIO(scan_png([(CHINESE, "china-s")])))
+    english.save(tmp_path / "two.tiff", save_all=True, append_images=[chinese])
+    doc = convert(tmp_path / "two.tiff", doc_id="s/two.tiff", ocr=OCR)
+    assert sorted(doc.ocr_pages) == [1, 2] and len(doc.page_offsets) == 2
+    assert words_found(doc.markdown[doc.page_offsets[1]:], CHINESE_WORDS) == CHINESE_WORDS
