@@ -10,7 +10,10 @@ it prints, each row on the same pages in this one run:
 * scanned pages/s of kbsync's OCR (PyMuPDF renders, the ``tesseract`` CLI reads TSV, one
   thread) at 300 and 200 dpi, and of PyMuPDF's own ``get_textpage_ocr(full=True)`` (the
   same engine linked into MuPDF; no confidence), with the share of the known words found;
-* the isolated conversion pool (2 workers) on a mixed share: scans and text PDFs together.
+* the isolated conversion pool (2 workers) given the scan first and a text PDF next: when the
+  text PDF is done, while the scan is still being read.
+
+Each scanned-page row is the best of two runs, the engines interleaved.
 
 Only ratios within one run mean anything on a shared machine.
 """
@@ -85,19 +88,27 @@ def main() -> None:
     rows: list[tuple[str, int, float, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         scan, text = make_pdfs(Path(tmp), args.pages, args.text_pages)
+        convert(text, doc_id="warm")  # imports and MuPDF's first-use costs out of the rows
         for label, ocr in (("text layer, OCR off", OcrConfig()),
                            ("text layer, OCR on", OcrConfig(enabled=True))):
             _, secs = timed(lambda ocr=ocr: convert(text, doc_id="t", ocr=ocr))
             rows.append((label, args.text_pages, secs, ""))
-        for dpi in (300, 200):
-            doc, secs = timed(lambda dpi=dpi: convert(scan, doc_id="s",
-                                                      ocr=OcrConfig(enabled=True, dpi=dpi)))
-            conf = sum(doc.ocr_pages.values()) / max(len(doc.ocr_pages), 1)
-            rows.append((f"scan, kbsync tesseract CLI {dpi} dpi", args.pages, secs,
-                         f"words {recall(doc.markdown, args.pages):.0%}, conf {conf:.0f}"))
-        out, secs = timed(lambda: pymupdf_ocr(scan, 300))
-        rows.append(("scan, pymupdf get_textpage_ocr 300 dpi", args.pages, secs,
-                     f"words {recall(out, args.pages):.0%}, no conf"))
+        # The two engines interleaved, best of two each: the machine's load drifts.
+        best: dict[str, tuple[float, str]] = {}
+        for _ in range(2):
+            for dpi in (300, 200):
+                doc, secs = timed(lambda dpi=dpi: convert(scan, doc_id="s",
+                                                          ocr=OcrConfig(enabled=True, dpi=dpi)))
+                conf = sum(doc.ocr_pages.values()) / max(len(doc.ocr_pages), 1)
+                note = f"words {recall(doc.markdown, args.pages):.0%}, conf {conf:.0f}"
+                key = f"scan, kbsync tesseract CLI {dpi} dpi"
+                best[key] = min(best.get(key, (secs, note)), (secs, note))
+            out, secs = timed(lambda: pymupdf_ocr(scan, 300))
+            key = "scan, pymupdf get_textpage_ocr 300 dpi"
+            note = f"words {recall(out, args.pages):.0%}, no conf"
+            best[key] = min(best.get(key, (secs, note)), (secs, note))
+        for key, (secs, note) in best.items():
+            rows.append((key, args.pages, secs, note))
         with IsolatedConverter(workers=2, memory_mb=None) as pool:
             ocr = OcrConfig(enabled=True)
             pool.convert(text, doc_id="warm", ocr=ocr)
