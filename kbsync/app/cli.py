@@ -219,16 +219,27 @@ def _ingest(args, settings) -> int:
 
 
 def _start_early(settings, args):
-    """Start, while Prefect imports, what the run would wait for: the conversion
-    forkserver (when files are converted in workers) and Prefect's temporary server
-    (without PREFECT_API_URL; :mod:`tasks.temp_server`). Returns that server or None."""
-    if settings.convert_isolation and not args.dry_run:
+    """Start, while Prefect imports, what the run would wait for: Prefect's temporary
+    server (without PREFECT_API_URL; :mod:`tasks.temp_server`) and, on a first ingest into
+    the embedded store (its collection not yet there: every file will be converted), the
+    conversion forkserver. Other runs start it on their first file, as before: a no-op
+    re-run must not pay for importing the converters. Returns that server or None."""
+    if settings.convert_isolation and not args.dry_run and _first_ingest(settings):
         from kbsync.convert.isolate import start_forkserver
 
         start_forkserver()
     from tasks.temp_server import start  # no Prefect import in it
 
     return start()
+
+
+def _first_ingest(settings) -> bool:
+    """No chunk collection yet in the embedded store (looked for, never opened)."""
+    if settings.qdrant_url:
+        return False
+    from kbsync.store.edge_query import CONFIG_FILE
+
+    return not (settings.store_path / settings.collection / CONFIG_FILE).is_file()
 
 
 def _search(args, settings) -> int:

@@ -22,7 +22,7 @@ embedder of kbsync's ``hash`` dimension (384), so neither side pays for a model:
   worktree``s of two commits, for a before/after in the same run, safe from edits in
   progress here); ``LABEL=.`` is this tree.
 
-Printed: wall seconds of each side, the ratio kbsync/peer (target <= 0.5), chunks, and
+``--noop`` also times a no-op re-run after each kbsync first ingest. Printed: wall seconds of each side, the ratio kbsync/peer (target <= 0.5), chunks, and
 kbsync's own ``duration_s`` and ``stage_s`` (seconds per stage, summed over batches, which
 overlap) from its JSON summary; what is left of the wall time outside ``duration_s`` is the
 CLI's start, the temporary Prefect server and the shutdown. Not collected by pytest.
@@ -151,14 +151,15 @@ def run_peer(python: Path, share: Path, work: Path, label: str) -> dict:
 
 
 def run_kbsync(share: Path, work: Path, label: str, code: Path | None,
-               api_url: str | None = None) -> dict:
+               api_url: str | None = None, *, fresh: bool = True) -> dict:
     """One first ingest of ``share`` into a fresh KBSYNC_HOME (hash provider, defaults):
     its JSON summary plus ``wall_s`` and ``peak_rss_mb`` (process tree)."""
     import psutil
 
-    home = work / f"home-{label}"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir()
+    home = work / f"home-{label.removesuffix('-noop')}"
+    if fresh:
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KBSYNC_", "PREFECT_API"))}
     env.update(KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash")
     if api_url:
@@ -193,6 +194,8 @@ def main() -> None:
                         help="a kbsync checkout to run (repeatable; default: this tree)")
     parser.add_argument("--running-server", action="store_true",
                         help="also run each kbsync against a `prefect server start` (start not timed)")
+    parser.add_argument("--noop", action="store_true",
+                        help="after each kbsync first ingest, time a no-op re-run of it")
     parser.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
     parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
     args = parser.parse_args()
@@ -241,6 +244,12 @@ def _runs(args, python: Path, share: Path, work: Path, sides, api_url: str | Non
             print(f"{label} run {i + 1}: {summary['wall_s']:.1f} s (duration_s "
                   f"{summary.get('duration_s')}, added {summary.get('added')}, failed "
                   f"{summary.get('failed')}, peak RSS {summary['peak_rss_mb']:.0f} MB)", flush=True)
+            if args.noop:
+                again = run_kbsync(share, work, f"{tag}{i}-noop", code, url, fresh=False)
+                rows.append((f"{label}: no-op re-run", again["wall_s"], again.get("chunks_kept", 0),
+                             again))
+                print(f"{label} no-op {i + 1}: {again['wall_s']:.1f} s (unchanged "
+                      f"{again.get('unchanged')})", flush=True)
 
 
 def _print_table(rows: list[tuple[str, float, int, dict | None]]) -> None:
