@@ -117,6 +117,11 @@ class Settings(BaseSettings):
         return self.home / "cache"
 
     @property
+    def model_path(self) -> Path:
+        """Folder of local models exported on first use (ONNX; kbsync.embed.onnx_export)."""
+        return self.home / "models"
+
+    @property
     def logical_collection(self) -> str:
         """The collection name as configured (``KBSYNC_COLLECTION``), before resolution."""
         return self.active_of or self.collection

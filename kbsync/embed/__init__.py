@@ -48,7 +48,7 @@ def build_provider(settings: Settings) -> EmbeddingProvider:
     if provider is EmbedProvider.LOCAL:
         from kbsync.embed.local import LocalEmbedder
 
-        embedder = LocalEmbedder(settings.embed_model_name())
+        embedder = LocalEmbedder(settings.embed_model_name(), model_cache=settings.model_path)
         if settings.embed_dimensions and settings.embed_dimensions != embedder.dimension:
             raise UsageError(
                 f"KBSYNC_EMBED_DIMENSIONS={settings.embed_dimensions} but local model "

