@@ -2,6 +2,7 @@
 
     python tests/bench/ingest_bench.py [--files 1000[,10000]] [--keep DIR]
     python tests/bench/ingest_bench.py --real octave-html:320 [--provider default]
+    python tests/bench/ingest_bench.py --scale 10000,100000 [--keep DIR]
 
 For each size, generates a share of mixed files (tests/bench/share_gen.py), then
 in one run, each kind in its own fresh process and KBSYNC_HOME, with the
@@ -17,6 +18,14 @@ files/s, peak RSS, and the flow/plain wall-time ratio. Not collected by pytest.
 ``--real NAME:N`` runs the same comparison on N files of a real share of
 tests/realshares.py (Debian documentation, fetched once); ``--provider default``
 leaves the embedding provider at its default (the bundled local model).
+
+``--scale SIZES`` runs only the flow (hash provider) over text-only generated
+shares (``share_gen.generate(office=False)``: Markdown where PDFs and DOCX would
+be, so 100k files are written in minutes), each size in its own process, and
+prints beside the targets of issue 15: peak RSS of the flow process (its own
+``ru_maxrss``) and of its conversion workers (sampled every 0.5 s, summed; the
+Prefect server's process is left out), the flow process's RSS at each quarter
+of the first ingest (flat or growing), wall time, and the no-op re-run.
 """
 
 from __future__ import annotations
@@ -62,24 +71,33 @@ def _child(kind: str, share: str) -> None:
             with get_client(sync_client=True) as client:  # a long-running server is warm
                 client.hello()
             runs = [_timed(lambda: ingest(roots=[share])) for _ in range(2)]
+            print(json.dumps({"phase": "done", "t": time.time()}), flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"first": runs[0], "noop": runs[1], "rss_mb": rss}))
 
 
 def _timed(run) -> dict:
+    print(json.dumps({"phase": "start", "t": time.time()}), flush=True)  # for --scale's sampler
     started = time.perf_counter()
     summary = run()
-    return {"wall": time.perf_counter() - started, "summary": summary}
+    return {"wall": time.perf_counter() - started, "summary": summary,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _run(kind: str, share: Path, home: Path, provider: str = "hash") -> dict:
+def _flow_env(home: Path, provider: str = "hash") -> dict:
+    """The environment of one run's process: its own KBSYNC_HOME and PREFECT_HOME."""
     env = {**os.environ, "KBSYNC_HOME": str(home), "PREFECT_HOME": str(home / "prefect")}
     env.pop("KBSYNC_EMBED_PROVIDER", None)
     if provider != "default":
         env["KBSYNC_EMBED_PROVIDER"] = provider
     (home / "prefect").mkdir(parents=True, exist_ok=True)
-    out = subprocess.run([sys.executable, __file__, "--child", kind, str(share)], env=env,
-                         capture_output=True, text=True, check=True)
+    return env
+
+
+def _run(kind: str, share: Path, home: Path, provider: str = "hash") -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, str(share)],
+                         env=_flow_env(home, provider), capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -89,10 +107,16 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="generate the shares under here")
     parser.add_argument("--real", default=None, help="NAME:N, a real share instead")
     parser.add_argument("--provider", default="hash", help="hash (default here) or default")
+    parser.add_argument("--scale", default=None, help="sizes: flow only, RSS vs targets")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(*args.child)
+        return
+    if args.scale:
+        from ingest_scale import run_scale
+
+        run_scale([int(s) for s in args.scale.split(",")], args.keep, _flow_env)
         return
     from share_gen import generate
 
