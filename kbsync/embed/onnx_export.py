@@ -22,7 +22,7 @@ Invariants:
 * A file is complete or absent: it is written under a temporary name in the
   same folder and renamed into place (``os.replace``) after an fsync, under a
   cross-process file lock, so two processes exporting at once export once and
-  a crash mid-export leaves only a temporary file (removed by the next export).
+  a crash mid-export leaves only temporary files (removed by the next export).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -120,12 +121,22 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
         return target
     from filelock import FileLock
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(target) + ".lock")
+        lock.acquire()
+    except OSError as exc:
+        raise EmbeddingPermanentError(
+            f"{target.parent}: cannot write the model cache ({exc.strerror or exc}); point "
+            "KBSYNC_MODEL_CACHE at a writable folder") from exc
+    try:
         if target.is_file():  # another process built it while we waited
             return target
-        for stale in target.parent.glob(f".{target.name}.*.tmp"):
-            stale.unlink(missing_ok=True)  # a crashed build's; we hold the lock
+        for stale in target.parent.glob(f".{target.name}.*"):  # a crashed build's: we hold the lock
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         tmp = Path(tmp_name)
@@ -145,6 +156,8 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
         finally:
             tmp.unlink(missing_ok=True)
         _fsync_dir(target.parent)
+    finally:
+        lock.release()
     log.info("exported %s", target)
     return target
 
@@ -180,7 +193,8 @@ def _export(source: Path, out: Path, precision: str, name: str) -> None:
     if precision == "fp32":
         _export_fp32(source, out)
         return
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".export-") as work:
+    # Named after ``out`` so that a crashed export's leftovers are found and removed.
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=out.name + ".work-") as work:
         fp32, fused = Path(work) / "fp32.onnx", Path(work) / "fused.onnx"
         _export_fp32(source, fp32)
         _fuse(source, fp32, fused)

@@ -53,6 +53,7 @@ def test_concurrent_processes_build_once(tmp_path) -> None:
 def _crash_mid_build(target: str) -> None:
     def build(tmp: Path) -> None:
         tmp.write_bytes(b"half a mod")
+        (tmp.parent / f"{tmp.name}.work-x").mkdir()  # the export's scratch folder
         os._exit(9)  # killed mid-export: no cleanup runs
     build_once(Path(target), build)
 
@@ -64,10 +65,10 @@ def test_a_crash_mid_build_leaves_no_file_and_the_next_build_succeeds(tmp_path) 
     proc.join(60)
     assert proc.exitcode == 9
     assert not target.exists()
-    assert len(list(tmp_path.glob(".m.onnx.*.tmp"))) == 1  # the crashed build's leftover
+    assert len(list(tmp_path.glob(".m.onnx.*"))) == 2  # the crashed build's leftovers
     assert build_once(target, _counting_build(tmp_path / "n", b"whole")) == target
     assert target.read_bytes() == b"whole"
-    assert list(tmp_path.glob(".m.onnx.*.tmp")) == []  # removed under the lock
+    assert list(tmp_path.glob(".m.onnx.*")) == []  # removed under the lock
 
 
 def test_a_failed_build_raises_clearly_and_leaves_nothing(tmp_path) -> None:
@@ -134,3 +135,10 @@ def test_only_mean_pooled_models_and_known_precisions_are_exported(model_folder,
     with pytest.raises(EmbeddingPermanentError, match=r"tokenizer\.json: missing from the model folder"):
         exported_model(model_folder, tmp_path / "c", name="m", precision="int8")
     assert not (tmp_path / "c").exists()
+
+
+def test_an_unwritable_cache_is_refused_clearly(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(EmbeddingPermanentError, match=r"file/models: cannot write the model cache.*KBSYNC_MODEL_CACHE"):
+        build_once(blocker / "models" / "m.onnx", lambda tmp: pytest.fail("built"))

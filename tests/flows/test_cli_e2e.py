@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from kbsync.settings import DEFAULT_LOCAL_MODEL
 from kbtest import SAMPLE, cli_env, run_kbsync
 
 _env = cli_env
@@ -43,7 +44,7 @@ def test_ingest_search_stats_with_the_local_model(prefect_api, tmp_path):
 
     code, stats, err = kbsync(env, "stats", "--json")
     assert code == 0, err
-    assert stats["embedding"] == {"provider": "local", "model": "all-MiniLM-L6-v2",
+    assert stats["embedding"] == {"provider": "local", "model": DEFAULT_LOCAL_MODEL,
                                   "dimension": 384}
     assert stats["namespaces"]["default"]["documents"] == first["files_seen"]
     assert stats["namespaces"]["default"]["chunks"] == first["chunks_kept"]

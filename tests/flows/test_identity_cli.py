@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kbsync.settings import DEFAULT_LOCAL_MODEL
 from kbtest import cli_env, run_kbsync, write_tree
 
 def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
@@ -96,4 +97,4 @@ def test_search_with_another_384_dim_model_is_refused(prefect_api, tmp_path):
     code, stats, err = kbsync(local, "stats", "--json")
     assert code == 0, err
     assert stats["embedding"] == {"provider": "hash", "model": "hash-384", "dimension": 384}
-    assert stats["configured_embedding"] == {"provider": "local", "model": "all-MiniLM-L6-v2"}
+    assert stats["configured_embedding"] == {"provider": "local", "model": DEFAULT_LOCAL_MODEL}

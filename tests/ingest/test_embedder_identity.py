@@ -21,7 +21,7 @@ from kbsync.errors import EmbedderMismatch
 from kbsync.ingest.identity import EMBEDDER, stored_embedder
 from kbsync.ingest.runner import run_plain
 from kbsync.query.search import search
-from kbsync.settings import Settings
+from kbsync.settings import DEFAULT_LOCAL_MODEL, Settings
 from kbsync.text.sparse import SPARSE_VERSION
 from kbsync.ingest.state import META_KEY, StateStore
 from kbsync.query.stats import collect_stats
@@ -88,7 +88,7 @@ def test_stats_reports_what_the_store_holds(adapter_runtime, share):
     data = collect_stats(runtime.store, local)  # loads no model
     assert data["embedding"] == {"provider": "hash", "model": "hash-384", "dimension": 384}
     assert data["embedding_recorded"] is True
-    assert data["configured_embedding"] == {"provider": "local", "model": "all-MiniLM-L6-v2"}
+    assert data["configured_embedding"] == {"provider": "local", "model": DEFAULT_LOCAL_MODEL}
     same = collect_stats(runtime.store, runtime.settings)
     assert "configured_embedding" not in same
     assert same["namespaces"]["default"]["documents"] == 5  # the meta record is not a document
