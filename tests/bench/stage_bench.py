@@ -151,8 +151,8 @@ def report(rows: list[dict], model: dict | None) -> str:
         line(row["share"], "embed hash", row["chunks"], "chunk", row["embed_hash_s"])
         line(row["share"], "write (edge)", row["points"], "point", row["write_s"])
     if model:
-        line("(first share)", f"embed {model['model'][:6]}", model["chunks"], "chunk",
-             model["seconds"])
+        line("(first share)", "embed model", model["chunks"], "chunk", model["seconds"])
+        lines.append(f"model: {model['model']} (the default local model)")
     return "\n".join(lines)
 
 
