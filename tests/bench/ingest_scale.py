@@ -125,6 +125,8 @@ def _print_targets(sizes: list[int], rows: dict) -> None:
         ratio = rows[big]["rss_mb"] / rows[small]["rss_mb"]
         print(f"{f'peak RSS flow {big} / {small} files':<44} {ratio:>10.2f} "
               f"{f'<= {RSS_RATIO_TARGET}':>10}")
+        first = rows[big]["first"]["peak_mb"] / rows[small]["first"]["peak_mb"]
+        print(f"{'  the same, first ingest only':<44} {first:>10.2f} {'-':>10}")
         wratio = rows[big]["workers_mb"] / max(rows[small]["workers_mb"], 1.0)
         print(f"{f'peak RSS workers {big} / {small} files':<44} {wratio:>10.2f} {'-':>10}")
     print(f"{f'no-op re-run, {big} files (s)':<44} {rows[big]['noop']['wall']:>10.2f} "
