@@ -103,3 +103,34 @@ def test_int8_is_its_own_model_name() -> None:
     assert fit is not None and fit.name == "all-MiniLM-L6-v2-int8/256" and fit.limit == 256
     assert cache_key("local", int8.name, 384, "passage", "x") != \
         cache_key("local", torch_model.name, 384, "passage", "x")
+
+
+_OFFLINE_FIRST_USE = """
+import json, socket, sys
+def refuse(self, address):
+    raise OSError(f"network access attempted: {address}")
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+from kbsync.embed.local import LocalEmbedder
+vectors = LocalEmbedder("all-MiniLM-L6-v2-int8").embed_batch(["How do I reset my password?"])
+print(json.dumps({"dimension": len(vectors[0])}))
+"""
+
+
+@pytest.mark.slow
+def test_first_use_exports_offline_into_the_user_cache(tmp_path) -> None:
+    """The export reads only the bundled package: no socket is opened, nothing downloaded."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", _OFFLINE_FIRST_USE], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"dimension": 384}
+    assert [p.name.split("-")[-2] for p in (tmp_path / "xdg" / "kbsync" / "models").glob("*.onnx")] \
+        == ["int8"]
+    assert "Traceback" not in proc.stderr
