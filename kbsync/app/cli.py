@@ -134,8 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         cli_support.setup_logging(args.verbose)
-        # rebuild reads the environment as written: it holds the new settings.
-        settings = cli_support.load_settings(resolve_active=args.command != "rebuild")
+        settings = cli_support.load_settings(resolve_active=False)
+        # rebuild reads the environment as written: it holds the new settings. The others
+        # follow the active collection; resolving it may reach the store, so it comes after
+        # the settings are known (a failure then names KBSYNC_QDRANT_URL).
+        if args.command != "rebuild":
+            settings = cli_support.active_settings(settings)
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
                    **cli_verify.COMMANDS, **cli_rebuild.COMMANDS}[args.command]

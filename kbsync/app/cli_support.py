@@ -99,8 +99,12 @@ def load_settings(*, resolve_active: bool = True):
         settings = Settings()
     except ValidationError as exc:
         raise UsageError(settings_message(exc)) from None
-    if not resolve_active:
-        return settings
+    return active_settings(settings) if resolve_active else settings
+
+
+def active_settings(settings):
+    """``settings`` aimed at the active collection (after a rebuild's swap), with the
+    build settings it was made with (:func:`kbsync.ingest.active.resolve`)."""
     from kbsync.ingest.active import resolve
 
     return resolve(settings)

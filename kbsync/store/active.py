@@ -149,8 +149,15 @@ def _fsync_dir(folder: Path) -> None:
 
 # -- Qdrant server / local mode: aliases -----------------------------------------------------
 def read_aliases(client: Any, logical: str) -> tuple[str | None, str | None]:
-    """(active, previous) physical names from the aliases of ``logical`` (``None``: none)."""
-    names = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
+    """(active, previous) physical names from the aliases of ``logical`` (``None``: none).
+
+    Raises:
+        StoreUnavailable: the server cannot be reached (like every other store call).
+    """
+    from kbsync.store.server_query import errors
+
+    with errors("read aliases", logical):
+        names = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
     return names.get(logical + ACTIVE_SUFFIX), names.get(logical + PREVIOUS_SUFFIX)
 
 
@@ -159,7 +166,10 @@ def swap_aliases(client: Any, logical: str, *, active: str, previous: str | None
     in one request (the server applies it atomically)."""
     from qdrant_client import models
 
-    current = {a.alias_name for a in client.get_aliases().aliases}
+    from kbsync.store.server_query import errors
+
+    with errors("read aliases", logical):
+        current = {a.alias_name for a in client.get_aliases().aliases}
     ops: list[Any] = [models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=n))
                       for n in (logical + ACTIVE_SUFFIX, logical + PREVIOUS_SUFFIX)
                       if n in current]
@@ -168,6 +178,7 @@ def swap_aliases(client: Any, logical: str, *, active: str, previous: str | None
     if previous is not None:
         ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(
             collection_name=previous, alias_name=logical + PREVIOUS_SUFFIX)))
-    client.update_collection_aliases(change_aliases_operations=ops)
+    with errors("swap aliases", logical):
+        client.update_collection_aliases(change_aliases_operations=ops)
     log.info("collection %s now serves from %s (alias %s%s)", logical, active, logical,
              ACTIVE_SUFFIX)
