@@ -10,10 +10,14 @@ list did not return it).
 
 The weight follows what the dense model can read (see README, "Retrieval
 quality"): a semantic model in the query's language gets
-:data:`DENSE_WEIGHT_READS` (0.7), a query the model cannot read (Chinese for
-the English-only MiniLM) or a lexical "dense" vector (the hash embedder) gets
-:data:`DENSE_WEIGHT_BLIND` (0.3). Both were chosen on a 0.1 grid on the two
-sets; neighbouring weights score within 0.01-0.03.
+:data:`DENSE_WEIGHT_READS`, a query the model cannot read (Chinese for the
+English-only MiniLM) or a lexical "dense" vector (the hash embedder) gets
+:data:`DENSE_WEIGHT_BLIND`. They were chosen on a 0.1 grid on the two sets
+(``tests/bench/fusion_bench.py``) for each BM25 scheme, since a stronger BM25
+wants less of the dense side: 0.6 / 0.1 with Qdrant's BM25 (English MiniLM
+0.739 / 0.749 / 0.746 / 0.736 at 0.4-0.7; Chinese MiniLM 0.768 / 0.769 / 0.767 /
+0.757 at 0.0-0.3; hash 0.652 English and 0.780 Chinese at 0.1), 0.7 / 0.3 for
+collections that keep ``bm25-v1`` (:data:`WEIGHTS_BY_SPARSE`).
 
 Fusion runs here, over two plain store queries, so both store adapters fuse
 identically.
@@ -28,8 +32,10 @@ from typing import Sequence
 
 from kbsync.store.base import ScoredPoint
 
-DENSE_WEIGHT_READS = 0.7
-DENSE_WEIGHT_BLIND = 0.3
+DENSE_WEIGHT_READS = 0.6
+DENSE_WEIGHT_BLIND = 0.1
+WEIGHTS_BY_SPARSE = {"bm25-v1": (0.7, 0.3)}
+"""(reads, blind) for the BM25 schemes older collections keep; others use the defaults."""
 FUSION_DEPTH = 100  # candidates per side: the normalisation needs a distribution, not a top 5
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
@@ -63,13 +69,15 @@ def english_only(provider: str, model: str) -> bool:
     return spec is not None and spec.languages == "English"
 
 
-def fusion_for(query: str, *, provider: str, model: str) -> Fusion:
-    """The fusion weights for ``query`` against an embedder (see module doc)."""
+def fusion_for(query: str, *, provider: str, model: str, sparse: str = "") -> Fusion:
+    """The fusion weights for ``query`` against an embedder and the collection's BM25
+    scheme ``sparse`` (its version; see module doc)."""
+    reads, blind = WEIGHTS_BY_SPARSE.get(sparse, (DENSE_WEIGHT_READS, DENSE_WEIGHT_BLIND))
     if provider == "hash":  # feature hashing of words: lexical, like BM25 but weaker
-        return Fusion(DENSE_WEIGHT_BLIND)
+        return Fusion(blind)
     if english_only(provider, model) and is_cjk_query(query):
-        return Fusion(DENSE_WEIGHT_BLIND)
-    return Fusion(DENSE_WEIGHT_READS)
+        return Fusion(blind)
+    return Fusion(reads)
 
 
 def _normalised(points: Sequence[ScoredPoint]) -> dict[str, float]:

@@ -241,7 +241,8 @@ def _search_one(probe: _Probe, *, store: VectorStore, service, collection: str,
     sparse_query = sparse.encode_query(probe.text)
     lexical = (store.sparse_search(collection, sparse_query, limit=depth, flt=flt)
                if sparse_query.indices else [])
-    weights = fusion_for(probe.text, provider=service.provider, model=service.model)
+    weights = fusion_for(probe.text, provider=service.provider, model=service.model,
+                         sparse=sparse.version)
     return fuse(dense, lexical, weights, limit=limit)
 
 

@@ -82,7 +82,8 @@ def main() -> None:
                 queries = load_queries(REPO / "data" / "eval" / SETS[set_name])
                 candidates = _candidates(runtime, queries, set_name)
                 today = fusion_for(queries[0].query, provider=runtime.service.provider,
-                                   model=runtime.service.model).dense_weight
+                                   model=runtime.service.model,
+                                   sparse=runtime.sparse.version).dense_weight
             finally:
                 runtime.close()
             cells = [f"**{_ndcg(candidates, w):.3f}**" if w == today

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kbsync.text.sparse import SPARSE_VERSION
 from kbsync.query.fusion import (DENSE_WEIGHT_BLIND, DENSE_WEIGHT_READS, Fusion, fuse, fusion_for,
                            is_cjk_query)
 from kbsync.store.base import ScoredPoint
@@ -24,6 +25,7 @@ def test_cjk_queries_are_told_apart(text, cjk):
 @pytest.mark.parametrize("provider, model, query, weight", [
     ("local", "all-MiniLM-L6-v2", "how do I rotate keys", DENSE_WEIGHT_READS),
     ("local", "all-MiniLM-L6-v2", "列出目录内容", DENSE_WEIGHT_BLIND),  # English-only model
+    ("local", "all-MiniLM-L6-v2-int8", "列出目录内容", DENSE_WEIGHT_BLIND),  # the default
     ("local", "multilingual-e5-small", "列出目录内容", DENSE_WEIGHT_READS),
     ("hash", "hash-384", "how do I rotate keys", DENSE_WEIGHT_BLIND),  # lexical dense side
     ("openai", "text-embedding-3-small", "列出目录内容", DENSE_WEIGHT_READS),
@@ -56,3 +58,12 @@ def test_an_empty_side_keeps_the_other_sides_order_and_the_limit_holds():
     assert [p.id for p in fuse(dense, [], Fusion(0.3), limit=2)] == ["a", "b"]
     assert fuse([], [], Fusion(0.7), limit=5) == []
     assert [p.id for p in fuse(points(("x", 3.0)), [], Fusion(0.7), limit=5)] == ["x"]
+
+
+def test_collections_that_keep_the_legacy_bm25_keep_its_weights():
+    assert fusion_for("how do I rotate keys", provider="local", model="all-MiniLM-L6-v2",
+                      sparse="bm25-v1").dense_weight == 0.7
+    assert fusion_for("列出目录内容", provider="local", model="all-MiniLM-L6-v2",
+                      sparse="bm25-v1").dense_weight == 0.3
+    assert fusion_for("how do I rotate keys", provider="local", model="all-MiniLM-L6-v2",
+                      sparse=SPARSE_VERSION).dense_weight == DENSE_WEIGHT_READS == 0.6
