@@ -81,7 +81,8 @@ def test_sigkilled_run_and_its_subflow_become_crashed(server, tmp_path):
                                       "message": registered["actions"][0]["message"]}]
     share = tmp_path / "share"
     share.mkdir()
-    for i in range(200):  # one file per batch: minutes of work, killed after seconds
+    # One file per batch: minutes of work, killed after seconds (200 batches now take ~20 s).
+    for i in range(3000):
         (share / f"d{i:03d}.md").write_text(f"# Doc {i}\n\n" + f"Topic {i}. " * 40)
     small = tmp_path / "small"
     small.mkdir()

@@ -56,7 +56,7 @@ def _stopped_within(proc: subprocess.Popen, bound_s: float) -> tuple[int, float]
 def test_worker_stops_on_first_sigterm_and_cancels_its_run(stack):
     share = stack.tmp / "big"
     share.mkdir()
-    for i in range(150):  # one file per batch: minutes of work
+    for i in range(1500):  # one file per batch: minutes of work (150 took ~15 s)
         (share / f"d{i:03d}.md").write_text(f"# Doc {i}\n\n" + f"Topic {i}. " * 40)
     log = stack.tmp / "worker.log"
     proc = start([sys.executable, str(ROOT / "deployments" / "worker.py"), "--pool", POOL,
