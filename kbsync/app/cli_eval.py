@@ -7,19 +7,11 @@ stderr.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import nullcontext
 
 from kbsync.app import cli_filters, cli_support
-from kbsync.app.cli_support import k_argument, namespace_argument, run_result
-
-
-def _margin(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
+from kbsync.app.cli_support import fraction_argument, k_argument, namespace_argument, run_result
 
 
 def register(sub) -> None:
@@ -36,7 +28,7 @@ def register(sub) -> None:
                     help="comma-separated: dense, hybrid, with +mqeN / +hyde (default dense)")
     ev.add_argument("--report-dir", default="reports/eval", metavar="DIR",
                     help="reports and history (default reports/eval)")
-    ev.add_argument("--max-drop", type=_margin, default=0.02, metavar="M",
+    ev.add_argument("--max-drop", type=fraction_argument, default=0.02, metavar="M",
                     help="allowed nDCG@10 drop per mode before failing (default 0.02)")
     ev.add_argument("--accept", action="store_true",
                     help="record a drop as the new baseline instead of failing")

@@ -8,19 +8,12 @@ collection again; it is plain library code under the write lock (no Prefect run)
 
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import nullcontext
 
 from kbsync.app import cli_support
-from kbsync.app.cli_support import EXIT_OK, EXIT_PARTIAL, namespace_argument, run_result
-
-
-def _margin(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
+from kbsync.app.cli_support import (EXIT_OK, EXIT_PARTIAL, fraction_argument, namespace_argument,
+                                     run_result)
 
 
 def register(sub) -> None:
@@ -39,7 +32,7 @@ def register(sub) -> None:
                       help="serve the collection the last rebuild replaced again")
     rb.add_argument("--namespace", type=namespace_argument, default="default",
                     help="namespace the queries are evaluated in (every namespace is rebuilt)")
-    rb.add_argument("--max-drop", type=_margin, default=0.02, metavar="M",
+    rb.add_argument("--max-drop", type=fraction_argument, default=0.02, metavar="M",
                     help="largest allowed nDCG@10 drop of the shadow, any mode (default 0.02)")
     rb.add_argument("--modes", default="dense,hybrid", metavar="M1,M2",
                     help="retrieval modes compared, each must pass (default dense,hybrid)")

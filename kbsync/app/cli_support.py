@@ -53,6 +53,14 @@ def text_argument(text: str) -> str:
     return text
 
 
+def fraction_argument(text: str) -> float:
+    """argparse type: a number in [0, 1] (``--max-drop``)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
 def namespace_argument(text: str) -> str:
     """A namespace: 1..200 characters, not blank."""
     if not text.strip():

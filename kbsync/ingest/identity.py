@@ -120,7 +120,10 @@ def sparse_encoder(states: StateStore, store, collection: str) -> SparseEncoder:
     Raises:
         UsageError: the recorded version is unknown to this release.
     """
-    stored = stored_embedder(states)
+    return _encoder_of(stored_embedder(states), store, collection)
+
+
+def _encoder_of(stored: EmbedderIdentity | None, store, collection: str) -> SparseEncoder:
     if stored is not None:
         return encoder_for(stored.sparse)
     return LEGACY if store.count(collection) else CURRENT
@@ -134,9 +137,9 @@ def check_query_embedder(store, service, *, collection: str) -> SparseEncoder:
     Returns:
         The collection's sparse encoder (:func:`sparse_encoder`), to encode the query.
     """
-    states = StateStore(store, f"{collection}_state")
-    check_embedder(states, service, collection=collection)
-    return sparse_encoder(states, store, collection)
+    stored = check_embedder(StateStore(store, f"{collection}_state"), service,
+                            collection=collection)
+    return _encoder_of(stored, store, collection)  # the record read once per search
 
 
 # -- root bindings ------------------------------------------------------------------------------
