@@ -163,7 +163,7 @@ def test_reindex_event_starts_a_run_with_the_payload_roots(stack):
 
 
 def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes(stack):
-    count = 60
+    count = 600  # one-file batches now run at tens a second: enough that the cancel lands mid-run
     share = _share(stack.tmp / "big", {f"doc{i:03d}.md": f"# Doc {i}\n\n" + f"Topic {i}. " * 40
                                        for i in range(count)})
     roots = f"roots={json.dumps([str(share)])}"
