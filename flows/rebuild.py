@@ -69,7 +69,7 @@ def rebuild(
         max_drop: Largest allowed drop of nDCG@10 (any mode) of the shadow against the live collection.
         modes: Retrieval modes to compare (dense, hybrid); each must pass.
         k: Documents ranked per query (nDCG is always @10).
-        build: New settings over the environment: embed_provider, embed_model, embed_dimensions, chunk_tokens, chunk_overlap, contextual_text.
+        build: New settings over the environment: embed_provider, embed_model, embed_dimensions, chunk_tokens, chunk_overlap, chunk_fit, contextual_text.
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
     started = time.perf_counter()

@@ -87,8 +87,12 @@ class Settings(BaseSettings):
     llm_max_attempts: int = Field(2, ge=1, le=10, description="Attempts per chat request.")
 
     chunk_tokens: int | None = Field(
-        None, ge=16, description="Token budget per chunk; unset = fitted to the embedding "
-        "model's input limit (400 for models without one).")
+        None, ge=16, description="Token budget per chunk; unset = the embedding model's input "
+        "limit in chunker tokens (256 for all-MiniLM-L6-v2; 400 for models without one).")
+    chunk_fit: bool = Field(
+        False, description="Fit every chunk to the embedding model's input limit, counted in "
+        "its own tokenizer, so the model cuts nothing (smaller chunks; retrieved worse on the "
+        "eval sets). Only when KBSYNC_CHUNK_TOKENS is unset.")
     chunk_overlap: int | None = Field(
         None, ge=0, description="Overlap in tokens between chunks; unset = 15% of the budget.")
     contextual_text: bool = Field(

@@ -193,7 +193,8 @@ class Runtime:
                    chunk_config=chunk_budget(service.input_fit() if service else None,
                                              tokens=settings.chunk_tokens,
                                              overlap=settings.chunk_overlap,
-                                             contextual=settings.contextual_text))
+                                             contextual=settings.contextual_text,
+                                             fit_chunks=settings.chunk_fit))
 
     def close(self) -> None:
         """Release the store handle and stop the conversion workers."""

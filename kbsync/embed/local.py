@@ -350,8 +350,11 @@ class LocalEmbedder:
         if truncated:
             with self._lock:
                 self.truncated_inputs += truncated
-            log.warning("model %s: %d of %d inputs exceed its input limit and were cut",
-                        self.model, truncated, len(texts))
+            # By design under the default chunk budget (the model's limit in chunker tokens:
+            # it reads each chunk's head, BM25 all of it), so not a warning; counted in the
+            # run's embeddings_truncated.
+            log.info("model %s: %d of %d inputs exceed its input limit and were cut",
+                     self.model, truncated, len(texts))
         return BatchResult(vectors, truncated)
 
     def __repr__(self) -> str:

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 BUILD = "build"  # meta record kind: the settings a collection was built with
 BUILD_FIELDS = ("embed_provider", "embed_model", "embed_dimensions", "chunk_tokens",
-                "chunk_overlap", "contextual_text")
+                "chunk_overlap", "chunk_fit", "contextual_text")
 _warned: set[tuple] = set()
 
 

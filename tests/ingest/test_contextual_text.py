@@ -137,7 +137,8 @@ def test_a_contextual_fit_keeps_the_prefixed_chunk_within_the_models_limit():
                    title=title, source_type="markdown", converter="markdown")
     fit = WordFit()
     for contextual in (False, True):
-        chunks = chunk_document(doc, chunk_budget(fit, contextual=contextual)).chunks
+        chunks = chunk_document(doc, chunk_budget(fit, contextual=contextual,
+                                                  fit_chunks=True)).chunks
         read = fit.count([contextual_text(c.text, title=title, heading_path=c.heading_path)
                           for c in chunks])
         assert (max(read) <= fit.limit) is contextual, (contextual, read)
