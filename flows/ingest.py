@@ -19,6 +19,7 @@ from flows.executor import PrefectExecutor
 from kbsync.errors import EmbeddingOutage, FilesFailed
 from kbsync.ingest.active import resolve
 from kbsync.ingest.discover import local_root, parse_root
+from kbsync.ingest.model_choice import choose_model
 from kbsync.ingest.plan import DeleteGuard
 from kbsync.ingest.run_counts import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest
@@ -75,6 +76,8 @@ def ingest(
         force=force, dry_run=dry_run, include=tuple(include), exclude=tuple(exclude),
         guard=DeleteGuard(allow_mass_delete, max_delete_fraction), rebind=rebind,
         run_id=str(flow_run.get_id() or new_run_id()))
+    # A new collection's model follows its shares' language, once (kbsync.ingest.model_choice).
+    settings = choose_model(settings, request.roots, dry_run=dry_run)
     try:
         summary = run_ingest(request, PrefectExecutor(settings))
     except EmbeddingOutage as exc:  # the run did its work: its summary is worth showing

@@ -1,0 +1,97 @@
+"""A new collection's embedding model follows its shares' language, chosen once (issue 13).
+
+Unit tests of the sampler and of :func:`choose_model` on real text (the Chinese and
+English documents of ``data/sample``); the end-to-end run of the real command is
+``tests/flows/test_model_choice_cli.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kbsync.ingest.active import resolve
+from kbsync.ingest.model_choice import CJK_SHARE, MULTILINGUAL_MODEL, choose_model
+from kbsync.models import RootSpec
+from kbsync.settings import DEFAULT_LOCAL_MODEL, Settings
+from kbsync.store import active as pointer
+from kbsync.text.language import sample_language
+from kbtest import SAMPLE, write_tree
+
+ZH_FAQ = (SAMPLE / "zh" / "faq.md").read_text(encoding="utf-8")
+ZH_RUNBOOK = (SAMPLE / "zh" / "ops-runbook.txt").read_bytes()  # GB18030, as shipped
+EN_DOC = (SAMPLE / "handbook" / "onboarding.md").read_text(encoding="utf-8")
+
+
+def _zh_share(root: Path) -> Path:
+    write_tree(root, {"faq.md": ZH_FAQ,
+                      "page.html": f"<html><head><style>p {{}}</style></head><body><p>"
+                                   f"{ZH_FAQ[:400]}</p></body></html>"})
+    (root / "runbook.txt").write_bytes(ZH_RUNBOOK)
+    return root
+
+
+@pytest.fixture
+def make_settings(tmp_path, monkeypatch):
+    """Settings of a store under tmp_path with no KBSYNC_* variable but ``values``."""
+    for key in list(os.environ):
+        if key.startswith("KBSYNC_"):
+            monkeypatch.delenv(key)
+
+    def make(**values) -> Settings:
+        return Settings(home=tmp_path / "home", **values)
+    return make
+
+
+def test_the_sample_counts_cjk_characters_against_latin_words(tmp_path):
+    zh = sample_language([_zh_share(tmp_path / "zh")])
+    write_tree(tmp_path / "en", {"a.md": EN_DOC, "b.bin": "\x00" * 10})
+    en = sample_language([tmp_path / "en"])
+    assert zh.files == 3 and zh.cjk_share > 0.8
+    assert en.files == 1 and en.cjk_chars == 0 and en.latin_words > 50
+    assert sample_language([tmp_path / "missing"]).cjk_share == 0.0  # nothing read
+    mixed = sample_language([SAMPLE])  # the README's share: Chinese is a minority
+    assert 0 < mixed.cjk_share < CJK_SHARE
+
+
+def test_a_new_chinese_collection_records_the_multilingual_model_once(tmp_path, make_settings):
+    settings = make_settings()
+    roots = [RootSpec(name="zh", path=_zh_share(tmp_path / "zh"))]
+
+    planned = choose_model(settings, roots, dry_run=True)
+    assert planned.embed_model == MULTILINGUAL_MODEL
+    assert pointer.read_pointer(settings.home, "kbsync") is None  # a dry run writes nothing
+
+    chosen = choose_model(settings, roots)
+    assert (chosen.embed_model_name(), chosen.collection, chosen.active_of) == (
+        MULTILINGUAL_MODEL, "kbsync", "kbsync")
+    # Every later command resolves to it with nothing configured, before opening the store.
+    assert resolve(settings).embed_model_name() == MULTILINGUAL_MODEL
+    # Not chosen again: the flow resolves first, and a recorded pointer ends the choice.
+    assert choose_model(resolve(settings), roots) == resolve(settings)
+    assert choose_model(settings, roots) is settings
+
+
+@pytest.mark.parametrize("values", [{"embed_model": DEFAULT_LOCAL_MODEL},
+                                    {"embed_provider": "hash"},
+                                    {"qdrant_url": "http://127.0.0.1:6333"}])
+def test_a_configured_model_provider_or_server_is_left_alone(tmp_path, make_settings, values):
+    settings = make_settings(**values)
+    roots = [RootSpec(name="zh", path=_zh_share(tmp_path / "zh"))]
+    assert choose_model(settings, roots) is settings
+    assert pointer.read_pointer(settings.home, "kbsync") is None
+
+
+def test_english_shares_and_existing_collections_keep_the_default(tmp_path, make_settings):
+    settings = make_settings()
+    write_tree(tmp_path / "en", {"a.md": EN_DOC})
+    assert choose_model(settings, [RootSpec(name="en", path=tmp_path / "en")]) is settings
+    # A collection that exists (its engine config is there) is never re-chosen.
+    from kbsync.store.edge_query import CONFIG_FILE
+
+    (settings.store_path / "kbsync").mkdir(parents=True)
+    (settings.store_path / "kbsync" / CONFIG_FILE).write_text("{}")
+    zh = [RootSpec(name="zh", path=_zh_share(tmp_path / "zh"))]
+    assert choose_model(settings, zh) is settings
