@@ -67,7 +67,9 @@ class Settings(BaseSettings):
         "(kbsync.ingest.active); write locks are taken on the logical name.")
 
     embed_provider: EmbedProvider = Field(EmbedProvider.LOCAL, description="local | hash | openai")
-    embed_model: str | None = Field(None, description="Model name; provider default when unset.")
+    embed_model: str | None = Field(
+        None, description="Model name; unset = the provider's default (local: a new embedded "
+        "collection of mostly-CJK shares gets multilingual-e5-small, once).")
     embed_base_url: str | None = Field(None, description="OpenAI-compatible endpoint base URL.")
     embed_api_key: SecretStr | None = Field(None, description="Key for the embedding endpoint.")
     embed_dimensions: int | None = Field(None, ge=1, description="Requested output dimension.")
