@@ -19,8 +19,11 @@ and Dask workers all use that model, and the embedder identity never changes und
 collection. A collection that exists is never re-chosen; a configured model or
 provider turns this off; a dry run reports the choice and writes nothing.
 
-Limits: against a Qdrant server the English default is kept (set the model by hand);
-a share of only PDFs and office files samples no text and keeps the English default.
+Where: the ingest flow calls it (so ``kbsync ingest``, the deployments and workers);
+:func:`kbsync.ingest.runner.run_plain` and ``api.add_text`` take the runtime or settings
+they are given. Limits: against a Qdrant server the English default is kept (set the
+model by hand); a share of only PDFs and office files samples no text and keeps the
+English default.
 """
 
 from __future__ import annotations
