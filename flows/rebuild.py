@@ -25,6 +25,7 @@ from kbsync.eval import rebuild as rb
 from kbsync.eval.run import check_k, load_queries, parse_modes
 from kbsync.ingest import active
 from kbsync.ingest.lock import ingest_lock_path
+from kbsync.ingest.model_choice import rebuild_model
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
@@ -79,6 +80,8 @@ def rebuild(
     check_k(k)
     run_id = str(flow_run.get_id() or new_run_id())
     record = active.read_record(target)
+    # An unnamed model means the collection's own when the language rule chose it.
+    target = rebuild_model(target, record, _checked_build(build))
     shadow_name = rb.choose_shadow(target.logical_collection, rb.existing_collections(target),
                                    record)
     shadow = target.model_copy(update={"collection": shadow_name, "active_of": None})

@@ -19,6 +19,9 @@ and Dask workers all use that model, and the embedder identity never changes und
 collection. A collection that exists is never re-chosen; a configured model or
 provider turns this off; a dry run reports the choice and writes nothing.
 
+``kbsync rebuild`` of such a collection keeps its model unless the rebuild names one
+(:func:`rebuild_model`).
+
 Where: the ingest flow calls it (so ``kbsync ingest``, the deployments and workers);
 :func:`kbsync.ingest.runner.run_plain` and ``api.add_text`` take the runtime or settings
 they are given. Limits: against a Qdrant server the English default is kept (set the
@@ -71,6 +74,25 @@ def choose_model(settings: Settings, roots: Sequence[RootSpec], *,
         logical=settings.logical_collection, active=settings.collection,
         build=build_of(chosen)))
     return resolve(settings, warn=False)
+
+
+def rebuild_model(target: Settings, record: pointer.ActiveRecord | None,
+                  build: dict) -> Settings:
+    """The rebuild's settings keep a model this module chose when none is named.
+
+    A rebuild takes unnamed settings from its environment, where an unset model means
+    "the default for the collection". For a collection whose model was chosen here
+    (its pointer names itself and was never swapped), that is the chosen model, not
+    the English default.
+    """
+    chosen = record is not None and record.active == record.logical and \
+        record.previous is None and record.swapped_at is None and \
+        record.build.get("embed_provider") == EmbedProvider.LOCAL.value
+    if not chosen or "embed_model" in build or target.embed_model or \
+            target.embed_provider is not EmbedProvider.LOCAL:
+        return target
+    assert record is not None  # for mypy: chosen implies a record
+    return target.model_copy(update={"embed_model": record.build.get("embed_model")})
 
 
 def describe(sample: LanguageSample) -> str:

@@ -95,3 +95,18 @@ def test_english_shares_and_existing_collections_keep_the_default(tmp_path, make
     (settings.store_path / "kbsync" / CONFIG_FILE).write_text("{}")
     zh = [RootSpec(name="zh", path=_zh_share(tmp_path / "zh"))]
     assert choose_model(settings, zh) is settings
+
+
+def test_a_rebuild_keeps_the_chosen_model_unless_it_names_one(tmp_path, make_settings):
+    from kbsync.ingest.model_choice import rebuild_model
+
+    settings = make_settings()
+    choose_model(settings, [RootSpec(name="zh", path=_zh_share(tmp_path / "zh"))])
+    record = pointer.read_pointer(settings.home, "kbsync")
+    assert rebuild_model(settings, record, {}).embed_model == MULTILINGUAL_MODEL
+    named = make_settings(embed_model=DEFAULT_LOCAL_MODEL)
+    assert rebuild_model(named, record, {}) is named  # the environment names one
+    assert rebuild_model(settings, record, {"embed_model": "x"}) is settings  # the build does
+    swapped = pointer.ActiveRecord("kbsync", "kbsync__r1", "kbsync", dict(record.build))
+    assert rebuild_model(settings, swapped, {}) is settings  # a rebuild's record: as before
+    assert rebuild_model(settings, None, {}) is settings
