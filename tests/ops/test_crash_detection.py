@@ -88,15 +88,22 @@ def test_sigkilled_run_and_its_subflow_become_crashed(server, tmp_path):
     small.mkdir()
     (small / "ok.md").write_text("# Ok\n\nA run that completes is left alone.\n")
     log = tmp_path / "run.log"
-    proc = _ingest(server, share, tmp_path / "home", log)
-    # Beside it, a healthy run (own store) that completes: the automation must not touch it.
+    # First a healthy run (own store) that completes: the automation must not touch it. It
+    # runs before the long one, which floods the server with task runs: beside it, under
+    # load, the healthy run's subflow waited minutes to be created.
     done = _ingest(server, small, tmp_path / "home-small", tmp_path / "small.log")
+    proc = None
     try:
-        assert done.wait(120) == 0, tail(tmp_path / "small.log")
+        try:
+            code = done.wait(180)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, tail(tmp_path / "small.log")
         healthy = {r["id"] for r in server.runs(  # the completed run and its subflow
             {"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}})}
         assert len(healthy) == 2
         completed = time.monotonic()
+        proc = _ingest(server, share, tmp_path / "home", log)
 
         def running_with_heartbeats() -> tuple[str, str] | None:
             assert proc.poll() is None, f"the run ended early:\n{tail(log)}"
@@ -132,7 +139,8 @@ def test_sigkilled_run_and_its_subflow_become_crashed(server, tmp_path):
         assert not any(r in fired for r in healthy)
         assert {server.state(r) for r in healthy} == {"Completed"}
     finally:
-        stop(proc, signal.SIGKILL, timeout=5)
+        if proc is not None:
+            stop(proc, signal.SIGKILL, timeout=5)
         stop(done, signal.SIGKILL, timeout=5)
     run = server.get(f"/flow_runs/{parent}")
     assert "No heartbeat" in run["state"]["message"], run["state"]
