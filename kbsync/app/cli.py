@@ -241,9 +241,9 @@ def _first_ingest(settings) -> bool:
     """No chunk collection yet in the embedded store (looked for, never opened)."""
     if settings.qdrant_url:
         return False
-    from kbsync.store.edge_query import CONFIG_FILE
+    from kbsync.store.edge_query import collection_created
 
-    return not (settings.store_path / settings.collection / CONFIG_FILE).is_file()
+    return not collection_created(settings.store_path, settings.collection)
 
 
 def _search(args, settings) -> int:

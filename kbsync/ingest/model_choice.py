@@ -108,6 +108,6 @@ def _chooses(settings: Settings) -> bool:
         return False  # a pointer already names the build; a server keeps the default
     if pointer.read_pointer(settings.home, settings.logical_collection) is not None:
         return False
-    from kbsync.store.edge_query import CONFIG_FILE  # the engine's own file, looked for only
+    from kbsync.store.edge_query import collection_created
 
-    return not (settings.store_path / settings.collection / CONFIG_FILE).is_file()
+    return not collection_created(settings.store_path, settings.collection)

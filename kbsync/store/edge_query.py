@@ -35,6 +35,12 @@ from kbsync.store.base import (DENSE, RRF_K, SPARSE, Condition, Filter, Range, S
 CONFIG_FILE = "edge_config.json"
 
 
+def collection_created(store_path, name: str) -> bool:
+    """Whether the embedded engine has created collection ``name`` under ``store_path``
+    (its config file is looked for; the store is never opened)."""
+    return (store_path / name / CONFIG_FILE).is_file()
+
+
 def translate(exc: Exception, action: str, name: str) -> KbsyncError:
     """Turn a binding exception (bare ``Exception`` + message) into a kbsync error."""
     msg = str(exc)
