@@ -1,7 +1,8 @@
 """kbsync's BM25 encoder against qdrant-edge-py's own ``Bm25``, on the same chunks, one run.
 
     python tests/bench/retrieval_bench.py --models hash --chunk-tokens 400 --contextual on  # once
-    python tests/bench/bm25_bench.py [--sets en,zh] [--work DIR]
+    python tests/bench/bm25_bench.py [--sets en,zh] [--work DIR] [--chunk-tokens 400]
+    python tests/bench/bm25_bench.py --chunk-tokens 256 --grid   # k1 / b / avg_len of ours
 
 The chunks are read back from the stores retrieval_bench built (``SET-hash-400-ctx``), so
 both encoders see exactly the texts kbsync encodes (title and heading path in front). Each
@@ -15,6 +16,9 @@ Encoders: ``kbsync`` (kbsync/text/sparse.py: words, S-stemmer, CJK bigrams),
 ``edge-en`` (Bm25Config defaults: English word tokenizer, stop words, Snowball stemmer),
 ``edge-multi`` (the Multilingual tokenizer, English stop words and stemmer), and
 ``edge-multi-plain`` (Multilingual, no stemmer, no stop words).
+
+``--grid`` scores kbsync's encoder alone at several (k1, b, avg_len) instead, marking
+the defaults; ``--chunk-tokens`` picks the stores (``SET-hash-N-ctx``) to read.
 """
 
 from __future__ import annotations
@@ -33,17 +37,22 @@ SETS = {"en": "en_rfaq_git.jsonl", "zh": "zh_manpages.jsonl"}
 K = 10
 
 
-def _chunks(work: Path, set_name: str) -> list[tuple[str, str]]:
+GRID = [(1.2, 0.75, 50.0), (1.5, 0.75, 50.0), (0.9, 0.4, 50.0), (1.2, 0.5, 50.0),
+        (1.2, 0.75, 150.0), (1.2, 0.75, 250.0), (2.0, 0.75, 150.0)]
+"""(k1, b, avg_len) of ``--grid``; the first is kbsync's default."""
+
+
+def _chunks(work: Path, set_name: str, chunk_tokens: int = 400) -> list[tuple[str, str]]:
     """(doc_id, contextual text) of every chunk retrieval_bench stored for the set."""
     from kbsync.app.runtime import Runtime
     from kbsync.settings import Settings
     from kbsync.text.context import contextual_text
 
-    home = work / f"{set_name}-hash-400-ctx"
+    home = work / f"{set_name}-hash-{chunk_tokens}-ctx"
     if not home.exists():
         raise SystemExit(f"{home} is missing: run retrieval_bench.py --models hash "
-                         "--chunk-tokens 400 --contextual on first")
-    runtime = Runtime.open(Settings(home=home, embed_provider="hash", chunk_tokens=400,
+                         f"--chunk-tokens {chunk_tokens} --contextual on first")
+    runtime = Runtime.open(Settings(home=home, embed_provider="hash", chunk_tokens=chunk_tokens,
                                     contextual_text=True))
     try:
         return [(p.payload["doc_id"], contextual_text(
@@ -79,6 +88,25 @@ def _encoders() -> dict[str, tuple]:
         "edge-multi": edge(q.Bm25Config(tokenizer=q.TokenizerType.Multilingual)),
         "edge-multi-plain": edge(plain),
     }
+
+
+def _grid_encoders() -> dict[str, tuple]:
+    """``k1=.. b=.. avg_len=..`` -> kbsync's encoders at those parameters."""
+    from kbsync.text.sparse import SparseConfig, encode_document, encode_query
+
+    def pair(config):
+        def doc(text: str) -> dict[int, float]:
+            vector = encode_document(text, config)
+            return dict(zip(vector.indices, vector.values))
+
+        def query(text: str) -> dict[int, float]:
+            vector = encode_query(text, config)
+            return dict(zip(vector.indices, vector.values))
+        return doc, query
+
+    return {f"k1={k1} b={b} avg_len={avg:g}" + (" (default)" if i == 0 else ""):
+            pair(SparseConfig(k1=k1, b=b, avg_len=avg))
+            for i, (k1, b, avg) in enumerate(GRID)}
 
 
 def _sv(vector) -> tuple[list[int], list[float]]:
@@ -118,11 +146,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default="en,zh")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "kbsync-eval-work")
+    parser.add_argument("--chunk-tokens", type=int, default=400)
+    parser.add_argument("--grid", action="store_true",
+                        help="kbsync's encoder at several k1 / b / avg_len (see GRID)")
     args = parser.parse_args()
-    encoders = _encoders()
+    encoders = _grid_encoders() if args.grid else _encoders()
     print("| set | encoder | nDCG@10 | hit@10 | MRR |\n|---|---|---|---|---|")
     for set_name in args.sets.split(","):
-        chunks = _chunks(args.work, set_name)
+        chunks = _chunks(args.work, set_name, args.chunk_tokens)
         queries = load_queries(REPO / "data" / "eval" / SETS[set_name])
         for name, (doc, query) in encoders.items():
             x = _score(chunks, queries, doc, query)
