@@ -67,13 +67,7 @@ def _encoders() -> dict[str, tuple]:
     """name -> (encode_document, encode_query), each text -> {index: weight}."""
     import qdrant_edge as q
 
-    from kbsync.text.sparse import encode_document, encode_query
-
-    def ours(fn):
-        def encode(text: str) -> dict[int, float]:
-            vector = fn(text)
-            return dict(zip(vector.indices, vector.values))
-        return encode
+    from kbsync.text.sparse import DEFAULT
 
     def edge(config):
         model = q.Bm25(config)
@@ -83,7 +77,7 @@ def _encoders() -> dict[str, tuple]:
     plain = q.Bm25Config(tokenizer=q.TokenizerType.Multilingual, stemmer=q.DisabledStemmer(),
                          stopwords=q.StopwordsSet(languages=set(), custom=set()))
     return {
-        "kbsync": (ours(encode_document), ours(encode_query)),
+        "kbsync": _ours(DEFAULT),
         "edge-en": edge(q.Bm25Config()),
         "edge-multi": edge(q.Bm25Config(tokenizer=q.TokenizerType.Multilingual)),
         "edge-multi-plain": edge(plain),
@@ -92,21 +86,19 @@ def _encoders() -> dict[str, tuple]:
 
 def _grid_encoders() -> dict[str, tuple]:
     """``k1=.. b=.. avg_len=..`` -> kbsync's encoders at those parameters."""
-    from kbsync.text.sparse import SparseConfig, encode_document, encode_query
-
-    def pair(config):
-        def doc(text: str) -> dict[int, float]:
-            vector = encode_document(text, config)
-            return dict(zip(vector.indices, vector.values))
-
-        def query(text: str) -> dict[int, float]:
-            vector = encode_query(text, config)
-            return dict(zip(vector.indices, vector.values))
-        return doc, query
+    from kbsync.text.sparse import SparseConfig
 
     return {f"k1={k1} b={b} avg_len={avg:g}" + (" (default)" if i == 0 else ""):
-            pair(SparseConfig(k1=k1, b=b, avg_len=avg))
+            _ours(SparseConfig(k1=k1, b=b, avg_len=avg))
             for i, (k1, b, avg) in enumerate(GRID)}
+
+
+def _ours(config) -> tuple:
+    """kbsync's (encode_document, encode_query) at ``config``, each text -> {index: weight}."""
+    from kbsync.text.sparse import encode_document, encode_query
+
+    return (lambda t: dict(zip(*_sv(encode_document(t, config)))),
+            lambda t: dict(zip(*_sv(encode_query(t, config)))))
 
 
 def _sv(vector) -> tuple[list[int], list[float]]:
