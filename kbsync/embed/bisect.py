@@ -8,8 +8,14 @@ fall back to flagged zero vectors.
 
 Bounds (an outage must not turn into a request storm):
 
-* both halves failing transiently looks like an outage, not a bad input: the
-  range falls back whole and bisection stops there;
+* both halves failing transiently without an answer (a timeout, no connection)
+  or with an answer that says the service is unavailable (429, 502, 503, 504)
+  looks like an outage, not a bad input: the range falls back whole and
+  bisection stops there;
+* both halves failing with another transient status (a 500: the endpoint
+  answered) may be input-dependent, with bad inputs in both halves: they are
+  split further, and only when single inputs fail too while nothing of the
+  batch was embedded is the endpoint taken for down (the rest falls back whole);
 * both halves rejected before the endpoint ever accepted a request looks like
   a configuration error (a bad ``dimensions`` or model parameter): the
   rejection is raised, as an unbisected batch's would be;
@@ -47,6 +53,16 @@ class Bisection:
 def bisect_budget(size: int) -> int:
     """Requests allowed for bisecting a batch of ``size``: enough to isolate ~2 bad inputs."""
     return 4 * max(1, math.ceil(math.log2(max(size, 2))))
+
+
+# Statuses by which a server says it cannot serve anyone right now (not: "this input").
+OUTAGE_STATUSES = frozenset({429, 502, 503, 504})
+
+
+def _looks_down(exc: Exception) -> bool:
+    """A transient failure that says nothing about the inputs: no answer, or "unavailable"."""
+    status = getattr(exc, "status", None)
+    return status is None or status in OUTAGE_STATUSES
 
 
 def bisect_batch(
@@ -93,9 +109,17 @@ def bisect_batch(
             out.vectors.update(zip(range(a, b), result.vectors))
             out.truncated += result.truncated
         if len(failed) == 2 and all(isinstance(e, EmbeddingTransientError) for *_, e in failed):
-            out.fallback.extend(range(start, end))
-            out.stopped = "both halves failed transiently (the endpoint looks down)"
-            continue
+            down = any(_looks_down(e) for *_, e in failed)
+            if down or (not out.vectors and mid - start == 1):
+                # Down, or answered but failing even single inputs with nothing embedded:
+                # stop here, every range still pending falls back whole.
+                for a, b in [(start, end), *pending]:
+                    out.fallback.extend(range(a, b))
+                pending.clear()
+                out.stopped = ("both halves failed transiently (the endpoint looks down)" if down
+                               else "single inputs failed too and none was embedded "
+                                    "(the endpoint looks down)")
+                continue
         if len(failed) == 2 and not accepted() and all(isinstance(e, InputRejected) for *_, e in failed):
             raise failed[0][2]
         pending.extend((a, b) for a, b, _ in reversed(failed))

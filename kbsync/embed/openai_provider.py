@@ -221,7 +221,9 @@ class OpenAIEmbedder:
         if status == 429 and "insufficient_quota" in code:
             return EmbeddingPermanentError(text + " (quota exhausted; retrying will not help)")
         if status in _TRANSIENT_STATUS or status >= 500:
-            return EmbeddingTransientError(text, retry_after=parse_retry_after(exc.response.headers))
+            error = EmbeddingTransientError(text, retry_after=parse_retry_after(exc.response.headers))
+            error.status = status  # bisection tells an answered 500 from an outage by it
+            return error
         if status == 413 or (status in (400, 422) and _BATCH_MESSAGE.search(message)):
             return BatchTooLarge(text)
         if status in (400, 422):  # about these inputs: the service bisects the batch

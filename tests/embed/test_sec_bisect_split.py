@@ -1,0 +1,95 @@
+"""An input-dependent HTTP 500 with poisoned texts in both halves of a batch is not an
+outage (issue 22): bisection splits on until single inputs fail, and only the poisoned
+texts fall back; the rest is embedded and stored.
+
+Before, both halves failing transiently ended the bisection at once ("the endpoint looks
+down"): the whole batch fell back, and a run whose every document sat in that batch
+exited 1 with EmbeddingOutage. The real ``openai`` client talks to tests/fake_openai.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+from kbsync.app.runtime import Runtime
+from kbsync.embed import EmbeddingService, clear_service_cache
+from kbsync.embed.bisect import bisect_budget
+from kbsync.embed.openai_provider import OpenAIEmbedder
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.runner import run_plain
+from kbsync.settings import Settings
+from tests.fake_openai import Fault, FakeOpenAIServer
+
+POISON = "POISON-PILL"
+
+
+def _poisoned_500(request):
+    """A 500 for any request holding a poisoned text (as some servers answer a bad input)."""
+    if any(POISON in text for text in request.inputs):
+        return Fault.error(500, "internal error while embedding")
+    return None
+
+
+def _service(server: FakeOpenAIServer, sleeps, **kwargs) -> EmbeddingService:
+    embedder = OpenAIEmbedder("fake-embedding", base_url=server.url, api_key="k",
+                              dimensions=server.dimension, timeout_s=5.0)
+    return EmbeddingService(embedder, sleep=sleeps, rng=random.Random(0), **kwargs)
+
+
+def _texts(n: int, poisoned: set[int]) -> list[str]:
+    return [f"chunk {i} about vectors" + (f" {POISON}" if i in poisoned else "") for i in range(n)]
+
+
+def test_poison_in_both_halves_is_isolated_not_taken_for_an_outage(fake_server, sleeps):
+    fake_server.set_faults(_poisoned_500)
+    service = _service(fake_server, sleeps, cache=None, batch_size=64, max_attempts=2)
+
+    outcome = service.embed_passages(_texts(64, {3, 40}))  # one in each half
+
+    assert [i for i, f in enumerate(outcome.failed) if f] == [3, 40]
+    assert outcome.computed == 62 and not outcome.all_failed
+    assert 0 < outcome.bisect_requests <= bisect_budget(64)
+
+
+def test_a_500_on_every_request_stays_an_outage_within_the_budget(fake_server, sleeps):
+    fake_server.set_faults(lambda request: Fault.error(500))
+    service = _service(fake_server, sleeps, cache=None, batch_size=64, max_attempts=2)
+
+    outcome = service.embed_passages(_texts(64 * 4, set()))
+
+    assert outcome.all_failed and outcome.failed_count == 64 * 4
+    # Batch 1: 2 attempts, then bisected down one path to a single input (2 per level:
+    # 2 * 6). Batch 2: 2 attempts, after which the endpoint counts as down: no bisection,
+    # one attempt per further batch.
+    assert outcome.bisect_requests == 2 * 6
+    assert len(fake_server.embedding_requests()) == (2 + 12) + 2 + 1 + 1
+
+
+def test_ingest_stores_the_good_texts_of_a_batch_poisoned_in_both_halves(tmp_path, monkeypatch,
+                                                                         fake_server):
+    share = tmp_path / "share"
+    share.mkdir()
+    # 40 paragraphs under their own headings: 40 chunks, one batch of 64.
+    sections = [f"# Part {i}\n\nParagraph {i} explains how the sync keeps vectors current."
+                for i in range(40)]
+    sections[2] += f" {POISON}"
+    sections[33] += f" {POISON}"
+    (share / "guide.md").write_text("\n\n".join(sections), encoding="utf-8")
+    fake_server.set_faults(_poisoned_500)
+    for key in [k for k in __import__("os").environ if k.upper().startswith("KBSYNC_")]:
+        monkeypatch.delenv(key)
+    for key, value in {"HOME": str(tmp_path / "home"), "CONVERT_ISOLATION": "false",
+                       "EMBED_PROVIDER": "openai", "EMBED_BASE_URL": fake_server.url,
+                       "EMBED_MODEL": "fake-embedding", "EMBED_DIMENSIONS": "8",
+                       "EMBED_MAX_ATTEMPTS": "2"}.items():
+        monkeypatch.setenv(f"KBSYNC_{key}", value)
+    monkeypatch.setattr("time.sleep", lambda s: None)  # the batch's own backoff
+    runtime = Runtime.open(Settings())
+    try:
+        summary = run_plain([parse_root(str(share))], runtime=runtime).to_dict()  # no outage
+    finally:
+        runtime.close()
+        clear_service_cache()
+
+    assert (summary["added"], summary["failed"], summary["partial"]) == (1, 0, 1)
+    assert summary["embeddings_failed"] == 2 and summary["embeddings_computed"] == 38
