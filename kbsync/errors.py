@@ -68,6 +68,7 @@ class ErrorCode(str, Enum):
     StoreUnavailable = "StoreUnavailable"
     InvalidVector = "InvalidVector"
     StoreDrift = "StoreDrift"
+    RelayUntrusted = "RelayUntrusted"
     DiskFull = "DiskFull"
     # ingest
     LockHeld = "LockHeld"
@@ -227,6 +228,12 @@ class StoreError(StoreFailure, PermanentError):
 
 class StoreUnavailable(StoreFailure, TransientError):
     """The vector store cannot be reached or is locked by another writer."""
+
+
+class RelayUntrusted(StoreError):
+    """The relay socket's folder, or the process serving it, is not this user's own
+    (another user's folder, a folder others can enter, a peer of another uid): its
+    answers are refused, so no reader takes another user's store for its own."""
 
 
 class InvalidVector(PermanentError):

@@ -4,8 +4,9 @@ The embedded engine admits one process per store folder (its WAL lock refuses
 a second ``EdgeShard.load``, and qdrant-edge-py 0.9.0 has no read-only open),
 so while an ingest runs, ``search``, ``stats``, ``ask`` and ``eval`` could not
 open the store. The ingest therefore listens on a Unix domain socket (see
-:func:`socket_path`; folder 0700, socket 0600, removed on close, a stale one
-from a crashed run replaced) and answers read-only store calls there. Readers
+:mod:`kbsync.store.relay_socket`: where, and the folder and peer checks that keep
+another user's socket out; folder 0700, socket 0600, removed on close, a stale
+one from a crashed run replaced) and answers read-only store calls there. Readers
 embed their queries themselves: the ingest only runs store queries, under the
 same per-shard locks as its own writes (``EdgeStore`` serialises every engine
 call), so reads see each document's old or new version, never a mix within
@@ -25,14 +26,12 @@ The client side is :mod:`kbsync.store.relay_client`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import socket
 import stat
 import struct
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,45 +39,17 @@ from typing import Any, Callable
 
 from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store.base import Condition, Filter, Match, Point, Range, ScoredPoint, SparseVec
+from kbsync.store.relay_socket import SOCKET_NAME, prepare_folder, socket_path  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 64 * 2**20
 """Largest message (bytes): bounds a reader's memory; a 1024-point page with vectors is ~10 MB."""
-SOCKET_NAME = "store.sock"
-_MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes on Linux
 _MAX_CLIENTS = 32  # one thread each; more connections are refused with StoreUnavailable
 _IDLE_TIMEOUT_S = 600.0  # a connection idle this long is dropped (the reader reconnects)
 _STOP_GRACE_S = 2.0  # how long close() lets calls in flight finish
 _HEADER = struct.Struct(">I")
-
-
-# --- where ---------------------------------------------------------------------------------
-def socket_path(home: Path, store_path: Path) -> Path:
-    """The relay socket of the store at ``store_path``: ``<home>/run/store.sock``.
-
-    When that path is too long for a Unix socket, a short one under the temp
-    folder, per user and keyed by the store's resolved path, is used instead.
-    """
-    path = Path(home).absolute() / "run" / SOCKET_NAME
-    if len(os.fsencode(str(path))) <= _MAX_SOCKET_PATH:
-        return path
-    digest = hashlib.sha256(os.fsencode(str(Path(store_path).resolve()))).hexdigest()[:24]
-    return Path(tempfile.gettempdir()) / f"kbsync-{os.getuid()}" / f"{digest}.sock"
-
-
-def _private_folder(folder: Path) -> None:
-    """Create ``folder`` as 0700, or check an existing one is ours and private."""
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = folder.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-            raise StoreError(f"relay folder {folder} is not a directory owned by this user")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            os.chmod(folder, 0o700)
-    except OSError as exc:
-        raise StoreError(f"cannot prepare the relay folder {folder}: {exc}") from exc
 
 
 # --- frames --------------------------------------------------------------------------------
@@ -286,7 +257,7 @@ class RelayServer:
         Raises:
             StoreError: the folder or socket cannot be set up.
         """
-        _private_folder(path.parent)
+        prepare_folder(path.parent)  # refuses a folder another user made or can enter
         _remove_stale(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import kbsync.errors as errors
-from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
+from kbsync.errors import KbsyncError, RelayUntrusted, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
-from kbsync.store import relay
+from kbsync.store import relay, relay_socket
 from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ def open_reader(store_path: Path, socket_path: Path, *, wait_s: float = OPEN_WAI
     Raises:
         StoreUnavailable: the folder stays locked for ``wait_s`` and its holder
             serves no relay, or the relay fails to answer.
+        RelayUntrusted: the relay socket's folder or its server is another user's
+            (see :mod:`kbsync.store.relay_socket`); nothing was read from it.
     """
     def connect() -> RelayStore:
         return RelayStore.connect(store_path, socket_path, call_timeout_s=call_timeout_s)
@@ -122,6 +124,7 @@ class RelayStore:
 
         Raises:
             _RelayAbsent: nothing listens on ``socket_path``.
+            RelayUntrusted: the socket's folder or its server is not this user's.
             StoreUnavailable: the relay refused, or did not answer in time.
         """
         store = cls(store_path, socket_path, call_timeout_s=call_timeout_s)
@@ -130,10 +133,14 @@ class RelayStore:
 
     # --- transport --------------------------------------------------------------------------
     def _connect(self) -> None:
+        # Trust before talking: a socket of another user's would answer with its own store.
+        if not relay_socket.check_folder(self.socket_path.parent):
+            raise _RelayAbsent(f"no folder {self.socket_path.parent}")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(CONNECT_TIMEOUT_S)
         try:
             sock.connect(str(self.socket_path))
+            relay_socket.check_peer(sock, self.socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
             raise _RelayAbsent(str(exc)) from exc
@@ -141,6 +148,9 @@ class RelayStore:
             sock.close()
             raise StoreUnavailable(f"edge store at {self.path} is held by another process, and "
                                    f"its relay {self.socket_path} cannot be reached: {exc}") from exc
+        except RelayUntrusted:
+            sock.close()
+            raise
         self._sock = sock
         try:
             hello = self._exchange("hello", {})
