@@ -193,7 +193,10 @@ class EmbeddingError(KbsyncError):
 
 class EmbeddingTransientError(EmbeddingError, TransientError):
     """Rate limit, 5xx, timeout or connection failure from an embedding API;
-    ``retry_after`` holds the server's Retry-After, if any."""
+    ``retry_after`` holds the server's Retry-After, if any, and ``status`` the HTTP
+    status when the endpoint answered (None: timeout or no connection)."""
+
+    status: int | None = None
 
 
 class EmbeddingPermanentError(EmbeddingError, PermanentError):

@@ -7,6 +7,8 @@ artifacts.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from enum import Enum
 from pathlib import Path
@@ -14,6 +16,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+log = logging.getLogger(__name__)
 
 
 class EmbedProvider(str, Enum):
@@ -125,6 +129,9 @@ class Settings(BaseSettings):
     orchestrator_timeout_s: float = Field(
         60.0, ge=0, description="A run whose Prefect API stops answering ends within this "
         "many seconds with OrchestratorUnavailable; 0 = wait as long as Prefect retries.")
+    query_timeout_s: float = Field(
+        10.0, gt=0, description="Budget of one search query's embedding, all attempts "
+        "together (openai): an endpoint that does not answer within it is named in one line.")
 
     @property
     def store_path(self) -> Path:
@@ -168,3 +175,40 @@ class Settings(BaseSettings):
             if data.get(key):
                 data[key] = "**********"
         return data
+
+
+# KBSYNC_* variables read outside Settings (deployment scripts, the test suite): known, so
+# never warned about as typos.
+OTHER_VARIABLES = frozenset({
+    "KBSYNC_DOCS_ROOT", "KBSYNC_NAMESPACE",  # deployments/github-actions-reindex.yml
+    "KBSYNC_TEST_QDRANT_URL", "KBSYNC_TEST_QDRANT_API_KEY", "KBSYNC_TEST_UI_SHOTS",
+    "KBSYNC_UPDATE_GOLDEN", "KBSYNC_REAL_SHARES_CACHE", "KBSYNC_EVAL_SHARES",
+})
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``KBSYNC_*`` name kbsync reads: one per Settings field, plus :data:`OTHER_VARIABLES`."""
+    return frozenset(f"KBSYNC_{name.upper()}" for name in Settings.model_fields) | OTHER_VARIABLES
+
+
+def unknown_variables(environ=None) -> list[tuple[str, str | None]]:
+    """``(name, closest known name or None)`` for each ``KBSYNC_*`` variable kbsync does not
+    read (names compare case-insensitively, as Settings reads them), sorted by name."""
+    environ = os.environ if environ is None else environ
+    known = known_variables()
+    found = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if upper.startswith("KBSYNC_") and upper not in known:
+            close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.75)
+            found.append((name, close[0] if close else None))
+    return found
+
+
+def warn_unknown_variables(environ=None) -> None:
+    """One warning line per unknown ``KBSYNC_*`` variable (a typo is otherwise silently
+    ignored, and the run goes on with the default it meant to change)."""
+    for name, close in unknown_variables(environ):
+        hint = f"did you mean {close}? " if close else ""
+        log.warning("unknown variable %s is ignored (%ssee the README's configuration table)",
+                    name, hint)

@@ -101,8 +101,9 @@ def load_settings(*, resolve_active: bool = True):
     """
     from pydantic import ValidationError
 
-    from kbsync.settings import Settings
+    from kbsync.settings import Settings, warn_unknown_variables
 
+    warn_unknown_variables()  # a typo would otherwise leave its default in force, unsaid
     try:
         settings = Settings()
     except ValidationError as exc:

@@ -87,6 +87,7 @@ def build_embedding_service(settings: Settings) -> EmbeddingService:
         settings.embed_timeout_s,
         settings.embed_batch_size,
         settings.embed_max_attempts,
+        settings.query_timeout_s,
         str(settings.cache_path.resolve()),
         settings.cache_size_gb,
     )
@@ -99,6 +100,7 @@ def build_embedding_service(settings: Settings) -> EmbeddingService:
                 cache=EmbeddingCache.from_gb(settings.cache_path, settings.cache_size_gb),
                 batch_size=settings.embed_batch_size,
                 max_attempts=settings.embed_max_attempts,
+                query_budget_s=settings.query_timeout_s,
             )
             _SERVICES[identity] = service
     return service

@@ -14,7 +14,8 @@ import logging
 import math
 import re
 import threading
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import openai
 
@@ -93,6 +94,7 @@ class OpenAIEmbedder:
         self._secret = api_key or ""
         self._dimension = dimensions
         self._lock = threading.Lock()
+        self._local = threading.local()  # a query's shorter timeout, per thread
         # The client refuses an empty key, and some local servers want none:
         # a placeholder keeps OPENAI_API_KEY from the environment out of it.
         self._client = openai.OpenAI(
@@ -136,6 +138,17 @@ class OpenAIEmbedder:
         vectors = self._request(prepared, expected_dim=self.dimension)
         return BatchResult(vectors, truncated)
 
+    @contextmanager
+    def request_timeout(self, seconds: float) -> Iterator[None]:
+        """Requests of this thread inside the block time out after ``seconds`` instead of
+        ``timeout_s`` (what is left of an interactive query's budget)."""
+        previous = getattr(self._local, "timeout_s", None)
+        self._local.timeout_s = max(0.001, seconds)
+        try:
+            yield
+        finally:
+            self._local.timeout_s = previous
+
     # -- internals -------------------------------------------------------------
     def _prepare(self, texts: Sequence[str]) -> tuple[list[str], int]:
         prepared: list[str] = []
@@ -156,8 +169,10 @@ class OpenAIEmbedder:
         kwargs: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self.requested_dimensions is not None:
             kwargs["dimensions"] = self.requested_dimensions
+        timeout_s = getattr(self._local, "timeout_s", None)
+        client = self._client if timeout_s is None else self._client.with_options(timeout=timeout_s)
         try:
-            response = self._client.embeddings.create(**kwargs)
+            response = client.embeddings.create(**kwargs)
         except openai.APIStatusError as exc:
             # Not chained: the client's exception quotes the raw body, and some
             # servers echo the key there ("Incorrect API key provided: sk-...").

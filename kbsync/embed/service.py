@@ -18,7 +18,10 @@ behaviour:
   and nothing was embedded, and at a request budget) and
   skipped while the endpoint looks down (fail-fast, below);
 * a permanent error (401, 404, malformed reply) raises at once: retrying or
-  storing fallbacks would hide a configuration mistake.
+  storing fallbacks would hide a configuration mistake;
+* a search query is interactive: with ``query_budget_s`` its attempts (and an
+  endpoint's dimension probe) share one budget, each request timing out with what
+  is left of it, and a spent budget is one error naming the endpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Callable, Sequence, TypeVar
 from kbsync.embed.base import BatchResult, EmbeddingProvider, TextKind
 from kbsync.embed.bisect import bisect_batch, bisect_budget
 from kbsync.embed.cache import EmbeddingCache, cache_key, pack_vector, unpack_vector
+from kbsync.embed.query_budget import attempts_within
 from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError, InputRejected
 from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
 
@@ -108,6 +112,8 @@ class EmbeddingService:
         fail_fast_after: after this many consecutive batches exhausted their
             attempts (the endpoint looks down), each further batch gets one
             attempt until one succeeds; logged when it switches. 0 disables.
+        query_budget_s: seconds one :meth:`embed_query` may take, all attempts
+            together; None = ``max_attempts`` attempts of the provider's timeout.
         sleep: the wait function (tests inject a recorder).
         rng: jitter source (tests inject a seeded one).
     """
@@ -123,6 +129,7 @@ class EmbeddingService:
         backoff_max_s: float = 30.0,
         retry_after_max_s: float = 300.0,
         fail_fast_after: int = 2,
+        query_budget_s: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -136,6 +143,7 @@ class EmbeddingService:
         self.backoff_max_s = backoff_max_s
         self.retry_after_max_s = retry_after_max_s
         self.fail_fast_after = fail_fast_after
+        self.query_budget_s = query_budget_s
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -251,17 +259,20 @@ class EmbeddingService:
         """Embed one search query (with the model's query prefix, if any).
 
         Raises:
-            EmbeddingTransientError: attempts exhausted (no fallback for queries).
+            EmbeddingTransientError: attempts exhausted (no fallback for queries), or
+                ``query_budget_s`` spent (the message names the endpoint and the budget).
             EmbeddingPermanentError: as for :meth:`embed_passages`.
         """
-        dim = self.dimension
+        deadline = None if self.query_budget_s is None else time.monotonic() + self.query_budget_s
+        if self._dimension is None:
+            self._dimension = self._query_attempts(lambda: int(self._provider.dimension), deadline)
+        dim = self._dimension
         key = cache_key(self.provider, self.model, dim, TextKind.QUERY, text)
         if self._cache is not None:
             hit = self._cache.get(key)
             if hit is not None and self._valid(hit, dim):
                 return hit
-        retries = [0]
-        result = self._retrying(lambda: self._call([text], TextKind.QUERY, dim), self.max_attempts, retries)
+        result = self._query_attempts(lambda: self._call([text], TextKind.QUERY, dim), deadline)
         vector = result.vectors[0]
         if self._cache is not None:
             self._cache.set(key, vector)
@@ -365,6 +376,20 @@ class EmbeddingService:
         with self._lock:
             self._consecutive_failures = 0
         return result
+
+    def _query_attempts(self, fn: Callable[[], T], deadline: float | None) -> T:
+        """``fn`` retried as a batch is; within ``deadline`` (monotonic) when the service has
+        a query budget (:mod:`kbsync.embed.query_budget`)."""
+        if deadline is None or self.query_budget_s is None:
+            return self._retrying(fn, self.max_attempts, [0])
+        endpoint = getattr(self._provider, "endpoint", None)
+        return attempts_within(
+            fn, budget_s=self.query_budget_s, deadline=deadline, attempts=self.max_attempts,
+            wait=FullJitterAtLeastRetryAfter(
+                base_s=self.backoff_base_s, max_s=self.backoff_max_s,
+                retry_after_max_s=self.retry_after_max_s, uniform=self._uniform),
+            sleep=self._sleep, timeout=getattr(self._provider, "request_timeout", None),
+            where=f"embedding endpoint {endpoint}" if endpoint else f"embedding provider {self.provider}")
 
     def _retrying(self, fn: Callable[[], T], attempts: int, retries: list[int]) -> T:
         """Call ``fn``; retry EmbeddingTransientError up to ``attempts`` calls in all

@@ -1,0 +1,76 @@
+"""One budget for an interactive query's embedding, all attempts together.
+
+A batch of an ingest may wait minutes for an endpoint (``max_attempts`` attempts of
+``KBSYNC_EMBED_TIMEOUT_S`` each: 5 x 60 s); a search must not: a person is waiting,
+and the old wait printed nothing for 308 s. :func:`attempts_within` retries as a
+batch does, but each request times out with what is left of the budget
+(``KBSYNC_QUERY_TIMEOUT_S``), no backoff runs past it, and a spent budget is one
+error that names the endpoint (never its key: the provider's ``endpoint`` has none).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, ContextManager, TypeVar
+
+from kbsync.errors import EmbeddingTransientError
+from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
+
+T = TypeVar("T")
+
+# A request cut to the deadline times out a hair before it: this close counts as spent.
+_SLACK_S = 0.05
+
+
+class _BudgetSpent(Exception):
+    """The budget ran out before the next attempt (never leaves this module)."""
+
+
+def attempts_within(
+    fn: Callable[[], T], *, budget_s: float, attempts: int, wait: FullJitterAtLeastRetryAfter,
+    sleep: Callable[[float], None], where: str,
+    timeout: Callable[[float], ContextManager[None]] | None,
+    deadline: float | None = None,
+) -> T:
+    """``fn()``, retried on :class:`EmbeddingTransientError` up to ``attempts`` calls,
+    all within ``budget_s`` seconds (from ``deadline``, monotonic, when given: several
+    calls may share one budget).
+
+    Args:
+        timeout: the provider's ``request_timeout(seconds)`` context, so each request
+            waits at most what is left; None for providers without network requests.
+        where: the endpoint as the error names it (``embedding endpoint URL``).
+
+    Raises:
+        EmbeddingTransientError: every attempt failed before the budget was spent (the
+            last error, unchanged), or the budget was spent (naming ``where``, the
+            budget and ``KBSYNC_QUERY_TIMEOUT_S``).
+        BaseException: anything else ``fn`` raised, at once.
+    """
+    deadline = time.monotonic() + budget_s if deadline is None else deadline
+    tries = [0]
+
+    def bounded() -> T:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _BudgetSpent()
+        tries[0] += 1
+        if timeout is None:
+            return fn()
+        with timeout(left):
+            return fn()
+
+    def bounded_sleep(seconds: float) -> None:
+        sleep(max(0.0, min(seconds, deadline - time.monotonic())))
+
+    try:
+        return call_with_retries(bounded, retry_on=EmbeddingTransientError, attempts=attempts,
+                                 wait=wait, sleep=bounded_sleep,
+                                 on_retry=lambda exc, attempt, delay: None)
+    except (EmbeddingTransientError, _BudgetSpent) as exc:
+        if isinstance(exc, EmbeddingTransientError) and time.monotonic() < deadline - _SLACK_S:
+            raise
+        raise EmbeddingTransientError(
+            f"{where} did not answer the query within {budget_s:g} s ({tries[0]} attempt(s)); "
+            "is it up? (KBSYNC_QUERY_TIMEOUT_S sets this budget)"
+        ) from (None if isinstance(exc, _BudgetSpent) else exc)
