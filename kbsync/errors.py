@@ -70,6 +70,7 @@ class ErrorCode(str, Enum):
     StoreDrift = "StoreDrift"
     RelayUntrusted = "RelayUntrusted"
     DiskFull = "DiskFull"
+    HomeExposed = "HomeExposed"
     # ingest
     LockHeld = "LockHeld"
     InternalError = "InternalError"
@@ -251,6 +252,15 @@ class DiskFull(PermanentError):
     """Not enough free space under KBSYNC_HOME for the next write; nothing was lost.
 
     Permanent: space does not come back within seconds, so no automatic retry.
+    """
+
+
+class HomeExposed(PermanentError):
+    """``KBSYNC_HOME`` (or a kbsync folder or file in it) is open to other users, is
+    another user's, or cannot be checked: kbsync refuses to open it (docs/SECURITY.md).
+
+    Permanent: a person fixes the modes (the message names the command) or sets
+    ``KBSYNC_SHARED_GROUP`` to share the home with one group on purpose.
     """
 
 

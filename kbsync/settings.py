@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KBSYNC_", extra="ignore")
 
     home: Path = Field(Path(".kbsync"), description="State, embedded store and cache live here.")
+    shared_group: str | None = Field(
+        None, description="Share KBSYNC_HOME with this Unix group on purpose: folders 2770, "
+        "files 0660, group-owned (others are still refused); unset = its owner only (0700/0600; "
+        "docs/SECURITY.md).")
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded engine.")
     qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server.")
     qdrant_shards: int | None = Field(

@@ -10,6 +10,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@pytest.fixture(autouse=True)
+def _umask_per_test():
+    """Each test starts from the session's umask: opening a home sets the process's
+    (kbsync.home), which would otherwise leak into the tests that follow."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
+    from kbsync import home
+
+    home.reset()
+
+
 @pytest.fixture
 def settings(tmp_path, monkeypatch):
     """Settings isolated under tmp_path, hash embeddings (fast, deterministic)."""

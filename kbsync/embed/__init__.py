@@ -15,6 +15,7 @@ from kbsync.embed.hash import HashEmbedder
 from kbsync.embed.base import BatchResult
 from kbsync.embed.service import EmbeddingService, EmbedOutcome
 from kbsync.errors import UsageError
+from kbsync.home import make_dir, open_home
 from kbsync.settings import DEFAULT_HASH_DIMENSION, EmbedProvider, Settings
 
 __all__ = [
@@ -94,7 +95,8 @@ def build_embedding_service(settings: Settings) -> EmbeddingService:
     with _SERVICES_LOCK:
         service = _SERVICES.get(identity)
         if service is None:
-            settings.cache_path.mkdir(parents=True, exist_ok=True)
+            open_home(settings.home, shared_group=settings.shared_group)
+            make_dir(settings.cache_path)
             service = EmbeddingService(
                 build_provider(settings),
                 cache=EmbeddingCache.from_gb(settings.cache_path, settings.cache_size_gb),

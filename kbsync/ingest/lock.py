@@ -7,6 +7,13 @@ who it is into the file (pid, namespace, what it is doing, since when) so that
 a refused writer can name it; a stale record left by a dead holder is harmless
 because only the ``flock`` decides who holds the lock.
 
+A refusal names the *live* holder, never a finished run's record: the record is
+believed only when its pid holds the flock now (``/proc/locks``); otherwise the
+pid the kernel names is given (a process that wrote no record, e.g. another
+user's ``flock``), and without ``/proc/locks`` a recorded pid that has exited is
+never named. The lock folder and file are the home's (0700/0600,
+:mod:`kbsync.home`), so another user cannot open, let alone lock, them.
+
 ``filelock`` takes, waits for and releases the lock. Kept here: the holder
 record (written from filelock's ``on_acquired`` hook, while the lock is held),
 the one warning when a writer starts to wait, the one-line :class:`LockHeld`
@@ -30,6 +37,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from kbsync.errors import LockHeld
+from kbsync.home import current_access, make_dir, open_home
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +51,19 @@ class Holder:
     purpose: str | None = None
     since: str | None = None
     """When the holder took the lock (UTC, ISO 8601); absent in records of older versions."""
+    recorded: bool = True
+    """False: the live holder wrote no record of its own (pid from the kernel, if known)."""
+    command: str | None = None
+    """The unrecorded holder's command name (``/proc/<pid>/comm``), when readable."""
 
     def describe(self) -> str:
         """``an ingest of namespace 'x' (pid 12)``, with what is known."""
+        if not self.recorded:
+            if self.pid == "?":
+                return ("another process (not named: the lock file's record is of a "
+                        "finished run)")
+            command = f"{self.command!r}, " if self.command else ""
+            return f"another process ({command}pid {self.pid}) that wrote no holder record"
         what = f"a {self.purpose}" if self.purpose else "another writer"
         if self.purpose and self.purpose[0] in "aeiou":
             what = f"an {self.purpose}"
@@ -89,6 +107,7 @@ def ingest_lock(settings, namespace: str, *, purpose: str = "ingest"):
 
     Waits ``settings.lock_timeout_s`` for another holder; see :func:`write_lock`.
     """
+    open_home(settings.home, shared_group=settings.shared_group)  # HomeExposed: others can open it
     return write_lock(ingest_lock_path(settings, namespace), timeout_s=settings.lock_timeout_s,
                       namespace=namespace, purpose=purpose, scope=lock_scope(settings, namespace))
 
@@ -112,12 +131,14 @@ def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5,
     Raises:
         LockHeld: another process holds it past the timeout (names its pid and namespace).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     record = _record(namespace, purpose)
     # fallback_to_soft=False: a soft (existence) lock would outlive a killed holder, and the
     # release on death is the point of this lock. thread_local=False: the hold belongs to
-    # this block, not to the thread that entered it.
+    # this block, not to the thread that entered it. mode: 0600 (0660 shared), whatever the
+    # umask: whoever can open the file can flock it.
     lock = FileLock(path, poll_interval=poll_s, thread_local=False, fallback_to_soft=False,
+                    mode=current_access().file_mode,
                     on_acquired=lambda fd: _write_record(fd, record))
     _acquire(lock, path, timeout_s=timeout_s, poll_s=poll_s, scope=scope)
     try:
@@ -134,7 +155,7 @@ def _acquire(lock: FileLock, path: Path, *, timeout_s: float, poll_s: float,
         lock.acquire(blocking=False)
         return
     except Timeout:
-        holder = read_holder(path)
+        holder = live_holder(path)
     if timeout_s <= 0:
         raise refusal(path, holder, scope, timeout_s)
     log.warning("waiting for the write lock held by %s%s (%s)", holder.describe(),
@@ -142,7 +163,7 @@ def _acquire(lock: FileLock, path: Path, *, timeout_s: float, poll_s: float,
     try:
         lock.acquire(timeout=max(deadline - time.monotonic(), 0.0), poll_interval=poll_s)
     except Timeout:
-        raise refusal(path, read_holder(path), scope, timeout_s) from None
+        raise refusal(path, live_holder(path), scope, timeout_s) from None
 
 
 def _record(namespace: str | None, purpose: str | None) -> bytes:
@@ -185,7 +206,68 @@ def probe(path: Path) -> Holder | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return read_holder(path)
+            return live_holder(path)
+        return None
+
+
+def live_holder(path: Path) -> Holder:
+    """Who holds ``path``'s flock now, never a finished run (see the module docstring).
+
+    The record when its pid is among the kernel's holders of the file; else the
+    kernel's holder, unrecorded; without ``/proc/locks``, the record only while
+    its pid is alive.
+    """
+    recorded = read_holder(path)
+    pids = _flock_pids(path)
+    if pids is None:
+        return recorded if _alive(recorded.pid) else Holder(recorded=False)
+    if recorded.pid in pids:
+        return recorded
+    if pids:
+        return Holder(pid=pids[0], recorded=False, command=_command(pids[0]))
+    return Holder(recorded=False)
+
+
+def _flock_pids(path: Path) -> list[str] | None:
+    """Pids holding a ``flock`` on ``path`` per ``/proc/locks`` (None: unreadable)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    same, same_inode = [], []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146327 0 EOF"; "->" lines are waiters
+        if len(fields) < 6 or fields[1] != "FLOCK" or not fields[4].isdigit() \
+                or int(fields[4]) <= 0:
+            continue
+        if fields[5] == exact:
+            same.append(fields[4])
+        elif fields[5].rsplit(":", 1)[-1] == str(st.st_ino):
+            same_inode.append(fields[4])  # overlay file systems may show another device
+    return same or same_inode
+
+
+def _alive(pid: str) -> bool:
+    """Whether a process with this pid exists (another user's counts)."""
+    if not pid.isdigit() or int(pid) <= 0:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _command(pid: str) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() or None
+    except OSError:
         return None
 
 

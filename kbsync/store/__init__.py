@@ -49,6 +49,7 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
         StoreUnavailable: the embedded folder is held by a process that serves
             no reads (or its relay fails).
         StoreError: the folder or client cannot be set up.
+        HomeExposed: the embedded home is open to other users (:mod:`kbsync.home`).
     """
     if settings.qdrant_url:
         from kbsync.store.cluster import ClusterConfig
@@ -58,10 +59,12 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
         return ServerStore.from_url(settings.qdrant_url, key,
                                     cluster=ClusterConfig.from_settings(settings))
     from kbsync.errors import StoreUnavailable
+    from kbsync.home import open_home
     from kbsync.store.edge import EdgeStore
     from kbsync.store.relay import socket_path
     from kbsync.store.relay_client import open_reader
 
+    open_home(settings.home, shared_group=settings.shared_group)  # HomeExposed: others can read it
     relay_socket = socket_path(settings.home, settings.store_path)
     if serve_readers:
         try:

@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import qdrant_edge as qe
 
+from kbsync import home
 from kbsync.store import diskspace
 from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
                            StoreFailure, StoreUnavailable)
@@ -127,8 +128,10 @@ class EdgeStore:
         self._lock = threading.Lock()  # guards _shards and _closed
         self._closed = False
         self._relay: Any = None  # kbsync.store.relay.RelayServer while serving readers
+        # Under the home's umask from here on: the engine writes its own files (0600).
+        home.use_umask()
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            home.make_dir(self.path)
             # A file object (not a bare fd): if the store is never closed, garbage
             # collection still closes it and so releases the lock.
             self._lock_file: Any = open(self.path / _LOCK_FILE, "a+b")  # noqa: SIM115

@@ -4,7 +4,7 @@ imports itself back through others.
 Layers, lowest first (a module may import its own wing and any lower layer):
 
 0. ``kbsync.errors``, ``kbsync.models``, ``kbsync.settings``, ``kbsync.openai_http``,
-   ``kbsync.retrying``
+   ``kbsync.retrying``, ``kbsync.home``
 1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``;
    a floor uses another only through its interface (``*.base``) or the text tools
 2. ``kbsync.ingest``   3. ``kbsync.query``   4. ``kbsync.eval``
@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = {
     "kbsync.errors": 0, "kbsync.models": 0, "kbsync.settings": 0, "kbsync.openai_http": 0,
-    "kbsync.retrying": 0,
+    "kbsync.retrying": 0, "kbsync.home": 0,
     "kbsync.text": 1, "kbsync.convert": 1, "kbsync.embed": 1, "kbsync.store": 1,
     "kbsync.ingest": 2, "kbsync.query": 3, "kbsync.eval": 4,
     "kbsync.app": 5, "kbsync.api": 5, "kbsync": 5, "tasks": 6, "flows": 7, "deployments": 7,
