@@ -94,6 +94,9 @@ class SourceFile:
     size: int
     mtime_ns: int
     content_hash: str | None = None
+    # The resolved root it was found under: every read of the file must stay inside it
+    # (kbsync.convert.safe_read). None for texts that are no file (the Python API).
+    root_path: Path | None = None
 
     @property
     def display(self) -> str:

@@ -1,18 +1,62 @@
-"""Readable terminal output (rich) for the CLI."""
+"""Readable terminal output (rich) for the CLI.
+
+Invariant: nothing printed through :data:`out` or :data:`err` reaches the
+terminal with a control character from the data (a render hook passes every
+text segment through :func:`~kbsync.app.terminal.terminal_safe`; rich's own
+styling is added after it). Data put inside markup is also ``escape``d, so a
+name like ``[/]`` or ``[link=...]`` prints as itself instead of as markup.
+"""
 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderHook, RenderResult
+from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 
-from kbsync.ingest.report import shown_fields
+from kbsync.app.terminal import terminal_safe
+
+from kbsync.ingest.report import ignored_line, shown_fields
 from kbsync.query.search import SearchResult, citation
 
-out = Console()
-err = Console(stderr=True)
+
+
+class _Sanitized:
+    """A renderable shown with control characters of its text escaped."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            if segment.control or segment.text.isprintable() or segment.text == "\n":
+                yield segment
+            else:
+                yield Segment(terminal_safe(segment.text), segment.style)
+
+
+class _EscapeControls(RenderHook):
+    def process_renderables(self, renderables: list) -> list:
+        return [_Sanitized(r) for r in renderables]
+
+
+def _console(**options) -> Console:
+    console = Console(**options)
+    console.push_render_hook(_EscapeControls())
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
+
+
+def labelled(style: str, label: str, text: str) -> str:
+    """``[style]label[/style] text`` as markup, ``text`` taken literally (a warning naming
+    a file)."""
+    return f"[{style}]{label}[/{style}] {escape(terminal_safe(text, one_line=True))}"
 
 
 @contextmanager
@@ -31,11 +75,14 @@ def print_ingest(summary: dict) -> None:
     for name in shown_fields(summary):
         table.add_row(name, str(summary[name]))
     out.print(table)
+    if ignored_line(summary):
+        out.print(f"{ignored_line(summary)} (unsupported types; see README, Formats)",
+                  highlight=False, markup=False)
     for failure in summary["failures"]:
-        out.print(f"[red]failed[/red] {failure['doc_id']}: {failure['error']}: "
-                  f"{failure['message']}", markup=True, highlight=False)
+        out.print(labelled("red", "failed", f"{failure['doc_id']}: {failure['error']}: "
+                                             f"{failure['message']}"), highlight=False)
     for warning in summary.get("warnings", []):
-        out.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+        out.print(labelled("yellow", "warning", warning), highlight=False)
 
 
 def print_search(result: SearchResult) -> None:
@@ -45,7 +92,8 @@ def print_search(result: SearchResult) -> None:
               highlight=False)
     for hit in result.results:
         excerpt = " ".join(hit.text.split())[:240]
-        out.print(f"[bold]{citation(hit)}[/bold]  score {hit.score:.3f}", highlight=False)
+        shown = escape(terminal_safe(citation(hit), one_line=True))  # a name is one line
+        out.print(f"[bold]{shown}[/bold]  score {hit.score:.3f}", highlight=False)
         out.print(f"    {excerpt}", highlight=False, markup=False)
     for text in result.expansions:
         out.print(f"  also searched: {' '.join(text.split())[:160]}", highlight=False,
@@ -67,5 +115,6 @@ def print_stats(data: dict) -> None:
     out.print(table)
     configured = data.get("configured_embedding")
     if configured:
-        out.print(f"[yellow]note[/yellow] configured embedder {configured['provider']} "
-                  f"{configured['model']} differs: search and ingest refuse it", highlight=False)
+        out.print(labelled("yellow", "note", f"configured embedder {configured['provider']} "
+                           f"{configured['model']} differs: search and ingest refuse it"),
+                  highlight=False)

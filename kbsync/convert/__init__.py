@@ -4,7 +4,9 @@ Dispatch is by extension (lowercase): PDF -> :mod:`.pdf` (pymupdf, pypdf fallbac
 DOCX/XLSX/PPTX/CSV -> :mod:`.office` (markitdown); HTML -> :mod:`.html`
 (html-to-markdown); text, Markdown, reStructuredText,
 JSON and source code -> :mod:`.text`; with OCR on (:class:`~kbsync.convert.ocr.OcrConfig`),
-PNG/JPEG/TIFF images -> :mod:`.ocr`, which also reads a PDF's scanned pages. The file is
+PNG/JPEG/TIFF images -> :mod:`.ocr`, which also reads a PDF's scanned pages; TSV and
+files without an extension whose content is text -> :mod:`.plain_files`; e-mail (EML)
+-> :mod:`.mail`. The file is
 read once into memory between two ``stat`` calls, so every converter sees one consistent snapshot and a file that changes
 meanwhile is reported (``FileChangedDuringRead``, a transient error) instead of being
 indexed half-written.
@@ -28,7 +30,10 @@ from kbsync.convert.html import CONVERTER_ID as HTML_CONVERTER_ID
 from kbsync.convert.html import HTML_EXTENSIONS, convert_html
 from kbsync.convert.ocr import ENABLE_HINT, IMAGE_EXTENSIONS, NO_OCR, OcrConfig, convert_image
 from kbsync.convert.office import OFFICE_EXTENSIONS, convert_office
+from kbsync.convert.mail import MAIL_EXTENSIONS, convert_eml
 from kbsync.convert.pdf import convert_pdf
+from kbsync.convert.plain_files import TSV_EXTENSIONS, convert_extensionless, convert_tsv, is_text_file
+from kbsync.convert.safe_read import open_within
 from kbsync.convert.text import TEXT_EXTENSIONS, Extracted, convert_text
 from kbsync.errors import (
     ConversionError,
@@ -42,7 +47,7 @@ from kbsync.errors import (
 from kbsync.models import Document, display_path
 
 __all__ = ["CONVERTER_VERSION", "IMAGE_EXTENSIONS", "SUPPORTED_EXTENSIONS", "OcrConfig", "convert",
-           "is_supported"]
+           "ignored_kind", "is_supported"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +57,10 @@ logger = logging.getLogger(__name__)
 # so an upgrade of the library (which may change its Markdown) re-converts too.
 CONVERTER_VERSION = f"2+{HTML_CONVERTER_ID}"
 
-SUPPORTED_EXTENSIONS: frozenset[str] = frozenset({".pdf"}) | HTML_EXTENSIONS | OFFICE_EXTENSIONS | TEXT_EXTENSIONS
-"""Without OCR; with it, :data:`IMAGE_EXTENSIONS` too."""
+SUPPORTED_EXTENSIONS: frozenset[str] = (frozenset({".pdf"}) | HTML_EXTENSIONS | OFFICE_EXTENSIONS
+                                         | TEXT_EXTENSIONS | TSV_EXTENSIONS | MAIL_EXTENSIONS)
+"""Without OCR; with it, :data:`IMAGE_EXTENSIONS` too. Files without an extension are
+read when their content is text (:func:`is_supported`)."""
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -65,14 +72,28 @@ def is_supported(path: Path, *, ocr: bool = False) -> bool:
     """Whether :func:`convert` has a converter for this file's extension (case-insensitive).
 
     Images count only with ``ocr``: without it a share's screenshots and icons stay ignored,
-    as they always were, instead of failing on every run.
+    as they always were, instead of failing on every run. A file without an extension
+    (``README``, ``Makefile``) counts when its first bytes are UTF-8 text
+    (:func:`kbsync.convert.plain_files.is_text_file`: this reads them).
+
+    Raises:
+        OSError: an extensionless file that exists but cannot be read.
     """
-    ext = Path(path).suffix.lower()
+    path = Path(path)
+    ext = path.suffix.lower()
+    if not ext:
+        return is_text_file(path)
     return ext in SUPPORTED_EXTENSIONS or (ocr and ext in IMAGE_EXTENSIONS)
 
 
+def ignored_kind(name: str) -> str:
+    """What an ignored file is, for the summary's ``ignored_by_kind``: its extension
+    (lowercase), or ``binary`` for a file without one that is not text."""
+    return Path(name).suffix.lower() or "binary"
+
+
 def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,
-            ocr: OcrConfig = NO_OCR) -> Document:
+            ocr: OcrConfig = NO_OCR, within: Path | None = None) -> Document:
     """Convert one file to a :class:`~kbsync.models.Document`.
 
     Args:
@@ -81,6 +102,9 @@ def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,
         max_bytes: files larger than this are refused before being read.
         ocr: OCR settings (off by default): scanned PDF pages and images are read only
             when ``ocr.enabled``.
+        within: the file's root: the file is read only if, as opened, it lies inside it
+            (:func:`kbsync.convert.safe_read.open_within`), so a link swapped in after
+            discovery is refused (``SymlinkOutsideRoot``) instead of followed.
 
     Returns:
         A Document with non-empty ``markdown``; ``page_offsets`` for PDF and PPTX
@@ -99,9 +123,9 @@ def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,
     ext = path.suffix.lower()
     if ext in IMAGE_EXTENSIONS and not ocr.enabled:  # ignored, as before OCR existed
         raise UnsupportedFormat(f"{name}: an image ({ext}) and OCR is off; {ENABLE_HINT}")
-    if ext not in SUPPORTED_EXTENSIONS and ext not in IMAGE_EXTENSIONS:
+    if ext and ext not in SUPPORTED_EXTENSIONS and ext not in IMAGE_EXTENSIONS:
         raise UnsupportedFormat(f"{name}: unsupported file type {ext or '(no extension)'}")
-    data = _read_stable(path, name, max_bytes)
+    data = _read_stable(path, name, max_bytes, within)
     if not data:
         raise EmptyDocument(f"{name}: file is empty (0 bytes)")
     try:
@@ -141,21 +165,32 @@ def _dispatch(data: bytes, ext: str, name: str, ocr: OcrConfig) -> Extracted:
         return convert_html(data, name=name)
     if ext in OFFICE_EXTENSIONS:
         return convert_office(data, ext=ext, name=name)
+    if ext in TSV_EXTENSIONS:
+        return convert_tsv(data, name=name)
+    if ext in MAIL_EXTENSIONS:
+        return convert_eml(data, name=name)
+    if not ext:  # discovery read it as text by its content
+        return convert_extensionless(data, name=name)
     return convert_text(data, ext=ext, name=name)
 
 
-def _read_stable(path: Path, name: str, max_bytes: int) -> bytes:
-    """Read the whole file, refusing it if its size, mtime or inode changed meanwhile."""
+def _read_stable(path: Path, name: str, max_bytes: int, within: Path | None = None) -> bytes:
+    """Read the whole file from one descriptor (checked inside ``within`` when given),
+    refusing it if its size or mtime changed meanwhile, or its path now names another file."""
     try:
-        before = os.stat(path)
-        if not stat_mod.S_ISREG(before.st_mode):
-            # checked before open(): opening a FIFO would block forever
+        if not stat_mod.S_ISREG(os.stat(path).st_mode):
+            # before open(): a device or socket is never opened (the fstat below decides)
             raise UnsupportedFormat(f"{name}: not a regular file")
-        if before.st_size > max_bytes:
-            raise FileTooLarge(f"{name}: {before.st_size} bytes, over the {max_bytes}-byte limit")
-        with open(path, "rb") as handle:
+        with os.fdopen(open_within(path, within), "rb") as handle:
+            before = os.fstat(handle.fileno())
+            if not stat_mod.S_ISREG(before.st_mode):
+                # opened non-blocking, so a FIFO never blocks; it is refused unread
+                raise UnsupportedFormat(f"{name}: not a regular file")
+            if before.st_size > max_bytes:
+                raise FileTooLarge(f"{name}: {before.st_size} bytes, over the {max_bytes}-byte limit")
             data = handle.read(max_bytes + 1)
-        after = os.stat(path)
+            after = os.fstat(handle.fileno())
+        named = os.stat(path)  # replaced (renamed over) while read: what was read is stale
     except PermissionError as exc:
         raise PermissionDenied(f"{name}: permission denied") from exc
     except FileNotFoundError as exc:
@@ -167,7 +202,7 @@ def _read_stable(path: Path, name: str, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise FileTooLarge(f"{name}: grew past the {max_bytes}-byte limit while being read")
     key_before = (before.st_size, before.st_mtime_ns, before.st_ino)
-    key_after = (after.st_size, after.st_mtime_ns, after.st_ino)
+    key_after = (after.st_size, after.st_mtime_ns, named.st_ino)
     if key_before != key_after or len(data) != before.st_size:
         raise FileChangedDuringRead(f"{name}: file changed while it was being read")
     return data

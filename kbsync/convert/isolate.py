@@ -46,7 +46,7 @@ _START_TIMEOUT_S = 120.0
 
 
 def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., Document]) -> None:
-    """Worker loop: receive (path, doc_id, max_bytes, ocr), answer ("ok", doc) or
+    """Worker loop: receive (path, doc_id, max_bytes, ocr, within), answer ("ok", doc) or
     ("err", exc), after one ("ocr-page", seconds) per page OCR reads."""
     if memory_mb:
         limit = memory_mb * 2**20
@@ -63,8 +63,10 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
             return
         if request is None:
             return
-        path, doc_id, max_bytes, ocr = request
+        path, doc_id, max_bytes, ocr, within = request
         options = {"ocr": ocr} if ocr is not None and ocr.enabled else {}  # test targets take none
+        if within is not None:
+            options["within"] = Path(within)
         try:
             conn.send(("ok", target(Path(path), doc_id=doc_id, max_bytes=max_bytes, **options)))
         except MemoryError:
@@ -168,7 +170,7 @@ class IsolatedConverter:
         self.close()
 
     def convert(self, path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,
-                ocr: OcrConfig | None = None) -> Document:
+                ocr: OcrConfig | None = None, within: Path | None = None) -> Document:
         """Same contract as :func:`kbsync.convert.convert`, plus ``ConversionTimeout``.
 
         ``ocr`` (when enabled) is handed to the target; each page it reads gets its own
@@ -186,7 +188,8 @@ class IsolatedConverter:
         self._refill()
         worker = self._idle.get()
         try:
-            worker.conn.send((str(path), doc_id, max_bytes, ocr))
+            worker.conn.send((str(path), doc_id, max_bytes, ocr,
+                              None if within is None else str(within)))
             wait, what = self._timeout_s, "conversion"
             while True:
                 if not worker.conn.poll(wait):

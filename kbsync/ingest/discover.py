@@ -4,7 +4,8 @@
 - skips hidden directories and files (names starting with ``.``);
 - never follows a symlink whose target resolves outside the root, and visits
   each real directory once (symlink loops end);
-- reports unreadable directories instead of failing the walk;
+- reports unreadable directories (also those it may list but not enter) instead of
+  failing the walk: their documents are kept, never deleted (:mod:`kbsync.ingest.plan`);
 - keeps names that are not valid UTF-8 readable and stable by writing their
   undecodable bytes as ``\\xNN`` escapes in the doc_id.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from kbsync.convert.safe_read import open_within
 from kbsync.errors import ErrorCode, UsageError
 from kbsync.models import Failure, RootSpec, SourceFile, display_path, display_text
 
@@ -153,6 +155,14 @@ def discover(
         except OSError as exc:
             _problem(result, rel_dir, directory, ErrorCode.PermissionDenied, exc)
             continue
+        if entries and not _searchable(directory):
+            # Mode 444, as SMB and NFS mounts show: names listed, none can be stat'ed or
+            # opened. One problem for the folder, whose documents are then kept, not one
+            # "Permission denied" per entry.
+            _problem(result, rel_dir, directory, ErrorCode.PermissionDenied,
+                     f"can be listed but not entered (no search/x permission): its "
+                     f"{len(entries)} entries cannot be read")
+            continue
         subdirs = []
         for entry in entries:
             item = _classify(entry, root, rel_dir, result)
@@ -169,6 +179,12 @@ def discover(
     result.files.sort(key=lambda f: f.doc_id)
     _drop_ambiguous(result)
     return result
+
+
+def _searchable(directory: Path) -> bool:
+    """Whether this process may enter ``directory`` (its effective ids, ACLs, capabilities)."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(directory, os.X_OK, effective_ids=effective)
 
 
 def _drop_ambiguous(result: Discovery) -> None:
@@ -215,7 +231,12 @@ def _classify(entry: os.DirEntry, root: RootSpec, rel_dir: str, result: Discover
 
 
 def _add_file(result: Discovery, root: RootSpec, path: Path, rel: str, accept) -> None:
-    if not accept(path):
+    try:
+        accepted = accept(path)  # reads the first bytes of a file without an extension
+    except OSError as exc:
+        _problem(result, rel, path, ErrorCode.PermissionDenied, exc)
+        return
+    if not accepted:
         result.ignored.append(rel)
         return
     try:
@@ -227,7 +248,7 @@ def _add_file(result: Discovery, root: RootSpec, path: Path, rel: str, accept) -
         return
     result.files.append(SourceFile(
         doc_id=f"{root.name}/{rel}", root=root.name, path=path, rel_path=rel,
-        size=info.st_size, mtime_ns=info.st_mtime_ns,
+        size=info.st_size, mtime_ns=info.st_mtime_ns, root_path=root.path,
     ))
 
 
@@ -240,10 +261,16 @@ def _problem(result: Discovery, rel: str, path: Path, error: ErrorCode, reason) 
                                    message=message))
 
 
-def hash_file(path: Path) -> str:
-    """sha256 of the file's bytes, streamed in 1 MiB blocks."""
+def hash_file(path: Path, within: Path | None = None) -> str:
+    """sha256 of the file's bytes, streamed in 1 MiB blocks, from one descriptor that, with
+    ``within``, is checked to lie inside it (:func:`kbsync.convert.safe_read.open_within`).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        SymlinkOutsideRoot: the opened file lies outside ``within``.
+    """
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_within(path, within), "rb") as handle:
         while block := handle.read(HASH_BLOCK):
             digest.update(block)
     return digest.hexdigest()

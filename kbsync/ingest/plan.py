@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from kbsync.errors import MassDeleteRefused
+from kbsync.errors import ErrorCode, MassDeleteRefused
 from kbsync.ingest.discover import Discovery, discover
 from kbsync.ingest.state import Plan, PlanItem, plan_files
 from kbsync.ingest.verify import StoreCheck, check_root, damaged_documents
@@ -33,6 +33,10 @@ class RootPlan:
     plan: Plan
     to_delete: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # recorded documents discovery could not read (kept, never deleted) and those now
+    # reached through a link that leads out of the root (deleted in every mode)
+    kept_unreadable: list[str] = field(default_factory=list)
+    escaped: list[str] = field(default_factory=list)
 
     def to_process(self) -> list:
         """New and changed items, in doc_id order."""
@@ -67,8 +71,7 @@ def plan_root(
         _warn_drift(result, check, damaged)
     if not found.files and not found.ignored:
         result.warnings.append(f"root {root.name} ({display_path(root.path)}) holds no files")
-    if mode is SyncMode.FULL:
-        result.to_delete = _deletable(result, guard, len(states))
+    result.to_delete = _deletable(result, guard, len(states), mode)
     return result
 
 
@@ -109,17 +112,66 @@ def preflight_root(
     present = {f.doc_id for f in found.files}
     plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for d, s in sorted(states.items())
                        if d not in present])
-    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), guard, len(states)))
+    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), guard, len(states),
+                          SyncMode.FULL))
 
 
-def _deletable(result: RootPlan, guard: DeleteGuard, known: int) -> list[str]:
-    """Missing doc_ids full mode may delete, after the guard and unreadable-dir protection."""
-    protected = tuple(p.doc_id + "/" for p in result.discovery.problems)
-    missing = [i.doc_id for i in result.plan.of(PlanAction.MISSING)]
-    deletable = [d for d in missing if not d.startswith(protected)]
-    if len(deletable) < len(missing):
-        result.warnings.append(f"{len(missing) - len(deletable)} missing documents under "
-                               "unreadable directories were kept")
+def _deletable(result: RootPlan, guard: DeleteGuard, known: int, mode: SyncMode) -> list[str]:
+    """The doc_ids to delete from the root, and why the other missing ones stay.
+
+    Invariant: a document is deleted only when discovery saw its file is gone (full
+    mode, under the guard) or that its path now leads out of the root through a link (any
+    mode: the share no longer holds it, and what the link leads to must not stay
+    indexed). A document discovery could not read (an entry it could not stat, a folder
+    it could not list or enter) is never deleted: it is kept and named in one warning.
+    """
+    escaped, unreadable, gone = triage_missing(result)
+    result.escaped, result.kept_unreadable = escaped, unreadable
+    if unreadable:
+        result.warnings.append(
+            f"root {result.root.name}: {len(unreadable)} documents could not be read and were "
+            f"kept as indexed, not deleted: {_named(unreadable)}")
+    if escaped:
+        result.warnings.append(
+            f"root {result.root.name}: {len(escaped)} documents now lead outside the root "
+            f"through a link and are deleted from the index: {_named(escaped)}")
+    if mode is not SyncMode.FULL:
+        return escaped
+    return sorted(escaped + _guarded(result, gone, guard, known))
+
+
+def triage_missing(result: RootPlan) -> tuple[list[str], list[str], list[str]]:
+    """The plan's missing doc_ids as (escaped, unreadable, gone), each in doc_id order.
+
+    ``escaped``: at or under a link discovery found leading out of the root;
+    ``unreadable``: at or under an entry discovery could not read; ``gone``: the rest,
+    whose file discovery saw is not there (the only ones full mode may delete as missing).
+    """
+    kinds: dict[str, str] = {}
+    for problem in result.discovery.problems:
+        kind = "escaped" if problem.error == ErrorCode.SymlinkOutsideRoot else "unreadable"
+        if kinds.get(problem.doc_id) != "unreadable":  # unreadable wins: it may be there
+            kinds[problem.doc_id] = kind
+    out: dict[str, list[str]] = {"escaped": [], "unreadable": [], "gone": []}
+    for item in result.plan.of(PlanAction.MISSING):
+        parts = item.doc_id.split("/")
+        found = {kinds.get("/".join(parts[:n])) for n in range(1, len(parts) + 1)} - {None}
+        kind = "unreadable" if "unreadable" in found else ("escaped" if found else "gone")
+        out[kind].append(item.doc_id)
+    return out["escaped"], out["unreadable"], out["gone"]
+
+
+def _named(doc_ids: Sequence[str], shown: int = 5) -> str:
+    more = f" and {len(doc_ids) - shown} more" if len(doc_ids) > shown else ""
+    return ", ".join(doc_ids[:shown]) + more
+
+
+def _guarded(result: RootPlan, deletable: list[str], guard: DeleteGuard, known: int) -> list[str]:
+    """``deletable`` (files seen gone), unless full mode's mass-delete guard refuses.
+
+    Raises:
+        MassDeleteRefused: see :func:`plan_root`.
+    """
     if not deletable or guard.allow_mass_delete:
         return deletable
     name = result.root.name

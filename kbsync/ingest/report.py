@@ -7,13 +7,20 @@ import re
 SUMMARY_FIELDS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed", "ignored",
                   "chunks_raw", "chunks_kept", "embeddings_computed", "embeddings_cached",
                   "embeddings_failed", "duration_s")
-EXTRA_FIELDS = ("repaired",)
-"""Shown only when not 0 (documents rebuilt because the store had lost their points)."""
+EXTRA_FIELDS = ("repaired", "kept_unreadable")
+"""Shown only when not 0 (documents rebuilt because the store had lost their points;
+documents that could not be read and were kept)."""
 
 
 def shown_fields(summary: dict) -> list[str]:
     """The metrics a readable summary shows: the stable ones, then non-zero extras."""
     return list(SUMMARY_FIELDS) + [f for f in EXTRA_FIELDS if summary.get(f)]
+
+
+def ignored_line(summary: dict) -> str:
+    """``ignored: 3 .rtf, 2 binary`` (most first), or "" when nothing was ignored."""
+    kinds = sorted(summary.get("ignored_by_kind", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"ignored: {', '.join(f'{n} {kind}' for kind, n in kinds)}" if kinds else ""
 
 
 def artifact_key(prefix: str, namespace: str) -> str:

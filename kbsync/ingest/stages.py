@@ -123,8 +123,9 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
     for item in items:
         work = DocWork(item=item)
         try:
+            # within: the read itself checks the file is still inside its root
             work.document = converter(work.source.path, doc_id=work.source.doc_id,
-                                      max_bytes=max_bytes)
+                                      max_bytes=max_bytes, within=work.source.root_path)
         except RUN_LEVEL_ERRORS:
             raise
         except KbsyncError as exc:

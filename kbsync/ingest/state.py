@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
-from kbsync.errors import ErrorCode
+from kbsync.errors import ErrorCode, SymlinkOutsideRoot
 from kbsync.ingest.discover import hash_file
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.store.base import Filter, Point, VectorStore
@@ -268,10 +268,13 @@ def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
     An unreadable file keeps its previous version and state; the next run retries.
     """
     try:
-        digest = hash_file(source.path)
+        digest = hash_file(source.path, source.root_path)
     except OSError as exc:
         plan.failures.append(Failure(source.doc_id, source.display, ErrorCode.PermissionDenied,
                                      f"{source.display}: cannot read: {exc.strerror or exc}"))
+        return None
+    except SymlinkOutsideRoot as exc:  # swapped in after discovery: never read
+        plan.failures.append(Failure(source.doc_id, source.display, exc.kind, str(exc)))
         return None
     plan.hashed += 1
     return _with_hash(source, digest)

@@ -4,9 +4,12 @@ step's results are added into it."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from kbsync.convert import ignored_kind
+from kbsync.errors import KbsyncError
 from kbsync.ingest.counters import Count
 from kbsync.ingest.plan import RootPlan
 from kbsync.ingest.stages import StageResult
@@ -49,6 +52,11 @@ class IngestSummary:
     converter_warnings: int = 0  # notes of converters (a table flattened, a page skipped)
     # Wall seconds per stage (STAGES order): batch stages summed over batches, which overlap.
     stage_s: dict[str, float] = field(default_factory=dict)
+    # recorded documents discovery could not read (a folder it may list but not enter, an
+    # entry it could not stat): kept as indexed, never deleted, named in one warning
+    kept_unreadable: int = 0
+    # ``ignored`` by kind: extension (lowercase), or "binary" for a non-text extensionless file
+    ignored_by_kind: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -63,6 +71,9 @@ class IngestSummary:
                 continue
             if key == "stage_s":
                 add_seconds(self, value)
+                continue
+            if key == "ignored_by_kind":
+                add_ignored(self, value)
                 continue
             current = getattr(self, key)
             setattr(self, key, current + value)
@@ -87,6 +98,14 @@ def add_seconds(summary: IngestSummary, seconds: dict[str, float]) -> None:
         summary.stage_s[stage] = summary.stage_s.get(stage, 0.0) + value
 
 
+def add_ignored(summary: IngestSummary, by_kind: dict[str, int]) -> None:
+    """Add ignored-file counts per kind into ``summary.ignored_by_kind`` (kept sorted)."""
+    merged = dict(summary.ignored_by_kind)
+    for kind, count in by_kind.items():
+        merged[kind] = merged.get(kind, 0) + count
+    summary.ignored_by_kind = dict(sorted(merged.items()))
+
+
 def new_run_id() -> str:
     """A fresh run id (the Prefect flow uses its flow-run id instead)."""
     return str(uuid.uuid4())
@@ -100,6 +119,8 @@ def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
                            + counts["heal"] + len(rp.plan.failures))
     summary.unchanged += counts["unchanged"]
     summary.ignored += len(rp.discovery.ignored)
+    add_ignored(summary, dict(Counter(ignored_kind(rel) for rel in rp.discovery.ignored)))
+    summary.kept_unreadable += len(rp.kept_unreadable)
     summary.files_hashed += rp.plan.hashed
     summary.warnings.extend(rp.warnings)
     summary.warnings.extend(f.message for f in rp.discovery.problems)
@@ -130,6 +151,22 @@ def account_stage(summary: IngestSummary, result: StageResult) -> None:
 def _add_failures(summary: IngestSummary, failures: Sequence[Failure]) -> None:
     summary.failures.extend(f.to_dict() for f in failures)
     summary.failed += len(failures)
+
+
+def account_unfinished(summary: IngestSummary, items: Sequence, exc: BaseException) -> None:
+    """Count ``items`` (planned for processing, never reported: the run stopped first, e.g.
+    a wrong dimension, a lost store, SIGTERM) as failed, each with one failure naming why,
+    so the class invariant holds on that exit too. Their stored versions stay as they were
+    (a batch in flight may have been written already); the next run takes them up again."""
+    if isinstance(exc, KbsyncError):
+        kind = str(exc.kind)
+    else:
+        kind = "Interrupted" if isinstance(exc, KeyboardInterrupt) else "InternalError"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    message = f"not processed: the run stopped first ({kind}: {text})"[:500]
+    _add_failures(summary, [Failure(doc_id=item.doc_id,
+                                    path=item.file.display if item.file else item.doc_id,
+                                    error=kind, message=message) for item in items])
 
 
 def account_repaired(summary: IngestSummary, rp: RootPlan) -> None:

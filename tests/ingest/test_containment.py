@@ -141,7 +141,7 @@ def test_unexpected_errors_in_convert_and_chunk_are_contained(runtime, tmp_path)
     items = plan_files(discover(parse_root(str(share))).files, {},
                        fingerprint=runtime.fingerprint).items
 
-    def converter(path, *, doc_id, max_bytes):
+    def converter(path, *, doc_id, max_bytes, **_options):
         if path.name == "poison.md":
             raise ValueError("Unable to create tensor\nexpected sequence of length 257")
         markdown = path.read_text(encoding="utf-8")

@@ -130,7 +130,7 @@ def test_conditions_of_the_whole_run_are_not_a_documents_failure(tmp_path, error
     share = tmp_path / "share"
     write_tree(share, {"a.md": "alpha", "b.md": "bravo"})
 
-    def converter(path, *, doc_id, max_bytes):
+    def converter(path, *, doc_id, max_bytes, **_options):
         raise error(f"{doc_id}: the run cannot go on")
 
     with pytest.raises(error):
