@@ -187,6 +187,11 @@ class PermissionDenied(ConversionError):
     """The file or directory cannot be read by this process."""
 
 
+class SymlinkOutsideRoot(ConversionError):
+    """A file, as opened, lies outside its root: a link (to it or to a folder above it)
+    leads out, e.g. swapped in after discovery. Nothing of it is read."""
+
+
 # --- embedding --------------------------------------------------------------
 class EmbeddingError(KbsyncError):
     """Family of embedding failures (never raised itself)."""
