@@ -64,7 +64,7 @@ def _nothing_indexed(args, settings, min_score):
 
 
 def _print_answer(answer) -> None:
-    from kbsync.app.console import out
+    from kbsync.app.console import labelled, out
 
     out.print(answer.answer, highlight=False, markup=False)
     if answer.citations:
@@ -78,7 +78,7 @@ def _print_answer(answer) -> None:
         heading = f', "{c.heading_path}"' if c.heading_path else ""
         out.print(f"[{c.n}] {c.doc_id}{pages}{heading}", highlight=False, markup=False)
     for warning in answer.warnings:
-        out.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+        out.print(labelled("yellow", "warning", warning), highlight=False)
 
 
 COMMANDS = {"ask": run_ask}

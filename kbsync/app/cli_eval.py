@@ -72,7 +72,7 @@ def run_eval(args, settings) -> int:
 def _print_eval(data: dict) -> None:
     from rich.table import Table
 
-    from kbsync.app.console import out
+    from kbsync.app.console import labelled, out
 
     table = Table(title=f"kbsync eval: namespace {data['namespace']}, {data['queries']} queries, "
                         f"k={data['k']}")
@@ -87,7 +87,7 @@ def _print_eval(data: dict) -> None:
                               for c in columns))
     out.print(table)
     for warning in data.get("warnings", []):
-        out.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+        out.print(labelled("yellow", "warning", warning), highlight=False)
     report = data.get("report", {})
     if report:
         out.print(f"report: {report.get('summary_md')}", highlight=False)

@@ -89,7 +89,7 @@ def _rollback(args, settings) -> int:
 def _print(report: dict) -> None:
     from rich.table import Table
 
-    from kbsync.app.console import out
+    from kbsync.app.console import labelled, out
 
     plan, decision = report["plan"], report["decision"]
     verdict = "swapped" if report["swapped"] else "refused"
@@ -102,7 +102,7 @@ def _print(report: dict) -> None:
                               for c in ("live", "shadow", "delta", "ok")))
     out.print(table)
     for reason in decision["reasons"]:
-        out.print(f"[yellow]refused[/yellow] {reason}", highlight=False)
+        out.print(labelled("yellow", "refused", reason), highlight=False)
 
 
 COMMANDS = {"rebuild": run_rebuild}

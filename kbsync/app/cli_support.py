@@ -25,6 +25,7 @@ import sys
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+from kbsync.app.terminal import TerminalSafeFormatter, json_terminal_safe, terminal_safe
 from kbsync.errors import ErrorCode, KbsyncError, RunEndedFailed, StoreUnavailable, UsageError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -138,7 +139,7 @@ class OneLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """The record's first line (newlines joined), never its exc_info."""
         message = " ".join(record.getMessage().split("\n")).strip()
-        return f"{record.levelname} {record.name}: {message}"
+        return terminal_safe(f"{record.levelname} {record.name}: {message}", one_line=True)
 
 
 class PersonFilter(logging.Filter):
@@ -167,7 +168,7 @@ def setup_logging(verbose: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.kbsync_console = True  # type: ignore[attr-defined]
     if verbose:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TerminalSafeFormatter("%(levelname)s %(name)s: %(message)s"))
         root.setLevel(logging.DEBUG)
     else:
         handler.setFormatter(OneLineFormatter())
@@ -224,7 +225,8 @@ def safe_url(url: str) -> str:
 def print_error(code: int, kind: str, message: str) -> None:
     """The one line a person reads on stderr."""
     prefix = "error" if code == EXIT_USAGE else kind
-    print(f"kbsync: {prefix}: {message}", file=sys.stderr, flush=True)
+    print(f"kbsync: {prefix}: {terminal_safe(message, one_line=True)}", file=sys.stderr,
+          flush=True)
 
 
 def error_object(kind: ErrorCode, message: str, fields: dict | None = None, *,
@@ -246,7 +248,7 @@ def emit(obj: dict) -> None:
         logging.getLogger(__name__).debug("a second JSON object was not printed: %s", obj)
         return
     _emitted = True
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_terminal_safe(json.dumps(obj, ensure_ascii=False)) + "\n")
     sys.stdout.flush()
 
 
