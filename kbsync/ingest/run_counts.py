@@ -52,6 +52,15 @@ def attach(exc: BaseException, summary, *, started: float | None = None) -> None
 
 
 def counts_of(exc: BaseException) -> dict | None:
-    """The counts attached by :func:`keep_counts`, or ``None``."""
-    counts = getattr(exc, _ATTR, None)
-    return counts if isinstance(counts, dict) else None
+    """The counts attached by :func:`keep_counts`, or ``None``.
+
+    An exception raised while another one carrying counts was handled (SIGTERM's, raised
+    again after Prefect's own ``TerminationSignal`` unwound the run) reports those.
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        counts = getattr(exc, _ATTR, None)
+        if isinstance(counts, dict):
+            return counts
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None

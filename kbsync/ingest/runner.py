@@ -33,7 +33,7 @@ from kbsync.ingest.plan import DeleteGuard, RootPlan
 from kbsync.ingest.run_counts import attach, keep_counts
 from kbsync.ingest.stages import StageResult
 from kbsync.ingest.summary import (IngestSummary, account_dry_run, account_plan, account_repaired,
-                                   account_stage, add_seconds, new_run_id)
+                                   account_stage, account_unfinished, add_seconds, new_run_id)
 from kbsync.models import PlanAction, RootSpec, SyncMode
 
 log = logging.getLogger(__name__)
@@ -147,15 +147,25 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
         account_dry_run(summary, rp)
         account_repaired(summary, rp)
         return summary
+    healing = rp.plan.of(PlanAction.HEAL)
+    reported = 0  # batches whose results are in the summary
     with keep_counts(summary):  # a failure still reports the batches done
-        for results in run_batches(spec.name, rp, request, executor, after=[planned]):
-            for result in results:
-                account_stage(summary, result)
-        started = time.perf_counter()
-        healing = rp.plan.of(PlanAction.HEAL)
-        if healing:
-            account_stage(summary, executor.call(steps.heal, CONTEXT, healing, ns,
-                                                 request.run_id, label=f"heal {spec.name}"))
+        try:
+            for results in run_batches(spec.name, rp, request, executor, after=[planned]):
+                for result in results:
+                    account_stage(summary, result)
+                reported += 1
+            started = time.perf_counter()
+            if healing:
+                account_stage(summary, executor.call(steps.heal, CONTEXT, healing, ns,
+                                                     request.run_id, label=f"heal {spec.name}"))
+                healing = []
+        except BaseException as exc:
+            # The counts must add up on this exit too: what never got reported is failed.
+            batches = list(iter_batches(rp.to_process(), executor.config.files_per_batch))
+            left = [item for batch in batches[reported:] for item in batch]
+            account_unfinished(summary, left + healing, exc)
+            raise
         summary.deleted += executor.call(steps.finish_root, CONTEXT, rp, ns,
                                          label=f"finish-root {spec.name}")
         add_seconds(summary, {"finish": time.perf_counter() - started})
