@@ -63,7 +63,8 @@ def ingest(
         exclude: Glob patterns (relative path or name); matching files are left out.
         allow_mass_delete: Let full mode empty a root or delete over max_delete_fraction.
         max_delete_fraction: Largest share of a root's documents full mode may delete (0-1).
-        rebind: A root NAME bound to another path moved here: rebind it, keep its documents.
+        rebind: A root NAME bound to another path moved here: rebind it, keep its documents;
+            a root overlapping another bound root replaces it (whose documents are removed).
     """
     logger = get_run_logger()
     # Read once; every step gets these values. resolve(): the collection a rebuild made

@@ -155,6 +155,8 @@ class KnowledgeBase:
 
         Raises:
             UsageError: blank text, doc_id or namespace.
+            RootConflict: a root owns ``doc_id`` (a file's document, or ``NAME/...`` of a
+                bound root NAME).
             EmbedderMismatch: the collection was built with another embedder.
             EmptyDocument: the text chunks to nothing.
             EmbeddingOutage: every chunk failed to embed (the previous version stays).

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,20 @@ class Settings(BaseSettings):
     query_timeout_s: float = Field(
         10.0, gt=0, description="Budget of one search query's embedding, all attempts "
         "together (openai): an endpoint that does not answer within it is named in one line.")
+
+    @field_validator("collection")
+    @classmethod
+    def _not_an_internal_name(cls, name: str) -> str:
+        """Refuse the names of kbsync's own companions (``<name>_state``, a rebuild's
+        ``<name>__r<N>``, the aliases ``<name>__active``/``__previous``): such a setting
+        would read and write another collection's records (``remove`` would delete them)."""
+        import re
+
+        if re.search(r"(_state|__r\d+|__active|__previous)$", name):
+            raise ValueError(f"{name!r} is the name of a collection kbsync makes for its own "
+                             "use (state records, a rebuild, an alias); use the collection's "
+                             "own name (e.g. 'kbsync')")
+        return name
 
     @property
     def store_path(self) -> Path:

@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full mode refuses to delete more than this share (default 0.5)")
     ing.add_argument("--rebind", action="store_true",
                      help="a root NAME bound to another path moved here: bind it to this "
-                          "path and keep its documents")
+                          "path and keep its documents; a root overlapping another bound root "
+                          "replaces it (the other root's documents are removed)")
     ing.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     srch = sub.add_parser("search", help="search the knowledge base (no Prefect server needed)")

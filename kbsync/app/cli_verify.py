@@ -29,6 +29,7 @@ def run_verify(args, settings) -> int:
     from kbsync.app.runtime import Runtime
     from kbsync.ingest.verify import VerifyReport, verify
 
+    removals: dict = {"pending_removals": [], "removals_finished": []}
     if not settings.qdrant_url and not settings.store_path.is_dir():
         # Nothing was ever stored here; reading must not create the store's folders.
         report, result, after = VerifyReport(settings.collection, False, {}), None, None
@@ -40,6 +41,7 @@ def run_verify(args, settings) -> int:
                 from kbsync.ingest.repair import set_aside_damaged
 
                 aside = set_aside_damaged(runtime)
+            _removals(runtime, args, removals)  # before verify: never rebuild what goes
             report = verify(runtime.store, collection=settings.collection,
                             state_collection=settings.state_collection,
                             namespace=args.namespace)
@@ -52,12 +54,26 @@ def run_verify(args, settings) -> int:
         finally:
             runtime.close()
     data = {**report.to_dict(), "repair": result.to_dict() if result else None,
-            "remaining": (after if after is not None else report).drifted()}
+            "remaining": (after if after is not None else report).drifted(), **removals}
     if args.json:
         emit(data)
     else:
         _print(data)
-    return EXIT_PARTIAL if data["remaining"] else EXIT_OK
+    return EXIT_PARTIAL if data["remaining"] or data["pending_removals"] else EXIT_OK
+
+
+def _removals(runtime, args, removals: dict) -> None:
+    """Interrupted ``kbsync remove`` runs: finished with ``--repair``, else reported."""
+    from kbsync.ingest.remove import pending
+    from kbsync.ingest.repair import finish_removals
+
+    if args.repair:
+        removals["removals_finished"] = finish_removals(runtime, args.namespace)
+        return
+    removals["pending_removals"] = [
+        {"namespace": t.namespace, "root": t.root} for t in pending(
+            runtime.store, state_collection=runtime.settings.state_collection,
+            namespace=args.namespace)]
 
 
 def _print(data: dict) -> None:
@@ -77,6 +93,14 @@ def _print(data: dict) -> None:
             more = ", ..." if entry["documents"] > 5 else ""
             say(f"  {kind}: {entry['documents']} documents, {entry['points']} points "
                 f"({shown}{more})")
+    for target in data["pending_removals"]:
+        what = f"root {target['root']} of namespace" if target["root"] else "namespace"
+        say(f"interrupted removal: {what} {target['namespace']} is half removed; "
+            "`kbsync verify --repair` finishes the removal")
+    for done in data["removals_finished"]:
+        what = f"root {done['root']} of namespace" if done["root"] else "namespace"
+        say(f"finished the interrupted removal of {what} {done['namespace']}: "
+            f"{done['documents']} documents, {done['chunks']} chunks removed")
     repair = data["repair"]
     if repair:
         say(f"repair: {repair['orphans_deleted']} orphan points deleted, "

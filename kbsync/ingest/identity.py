@@ -30,19 +30,21 @@ missing (callers skip it on dry runs).
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Sequence
 
 from kbsync.errors import EmbedderMismatch, RootConflict
 from kbsync.models import RootSpec, display_path
 from kbsync.text.sparse import CURRENT, LEGACY, SPARSE_VERSION, SparseEncoder, encoder_for
+from kbsync.ingest import remove as removal
+from kbsync.ingest.remove import ROOT_BINDING
 from kbsync.ingest.state import StateStore, utc_now
 
 log = logging.getLogger(__name__)
 
 EMBEDDER = "embedder"
-ROOT_BINDING = "root"
 RESERVED_ROOTS = ("<api>",)  # kbsync.api's pseudo-root: a directory root must not take it
 REBIND_HINT = "--rebind (flow parameter rebind=true)"
 CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's; to "
@@ -174,6 +176,11 @@ def check_roots(roots: Sequence[RootSpec], *, home: Path) -> None:
                 f"root {spec.name} ({display_path(spec.path)}) contains KBSYNC_HOME ({display_path(home)}): "
                 "kbsync would index its own store; sync a folder that does not hold it, or "
                 "move KBSYNC_HOME out of the share")
+        if home in spec.path.parents:
+            raise RootConflict(
+                f"root {spec.name} ({display_path(spec.path)}) is inside KBSYNC_HOME "
+                f"({display_path(home)}): kbsync would index its own store's files; sync a "
+                "folder outside it")
     for i, first in enumerate(roots):
         for second in roots[i + 1:]:
             inner, outer = sorted((first, second), key=lambda s: len(s.path.parts), reverse=True)
@@ -188,6 +195,23 @@ def _bindings(states: StateStore, namespace: str) -> dict[str, str]:
     """Root name -> bound path text, for one namespace (one index lookup)."""
     return {r["root"]: r["path"]
             for r in states.read_meta(ROOT_BINDING, bound_namespace=namespace)}
+
+
+def bound_roots(states: StateStore, namespace: str) -> set[str]:
+    """The root NAMEs bound in ``namespace`` (one index lookup)."""
+    return set(_bindings(states, namespace))
+
+
+def _check_api_texts(states: StateStore, namespace: str, spec: RootSpec) -> None:
+    """Refuse a new root NAME under which ``kbsync.api`` texts are stored (``NAME/...``):
+    its files' documents would silently replace them (once, when the NAME is first bound)."""
+    prefix = spec.name + "/"
+    texts = sorted(d for d in states.load(namespace, RESERVED_ROOTS[0]) if d.startswith(prefix))
+    if texts:
+        raise RootConflict(
+            f"root name {spec.name} in namespace {namespace} would replace {len(texts)} texts "
+            f"stored through kbsync.api under {prefix} (e.g. {texts[0]}); give this share "
+            f"another name ({spec.name}2={display_path(spec.path)}), or delete those texts")
 
 
 def _legacy_path(states: StateStore, namespace: str, name: str) -> str | None:
@@ -217,6 +241,9 @@ class IdentityPlan:
     embedder: EmbedderIdentity | None = None  # to record: the collection has none yet
     bindings: list[RootBinding] = field(default_factory=list)  # new or rebound
     warnings: list[str] = field(default_factory=list)
+    namespace: str = "default"
+    superseded: list[str] = field(default_factory=list)  # bound roots a --rebind root replaces
+    pending_removals: list[str] = field(default_factory=list)  # interrupted `kbsync remove`s
 
 
 def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
@@ -227,7 +254,8 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
     (whose dimension check would otherwise answer first, less clearly).
 
     Raises:
-        RootConflict: see :func:`check_roots`; or a NAME bound to another path
+        RootConflict: see :func:`check_roots`; a NAME bound to another path, or a
+            path overlapping another NAME's bound path (:func:`overlapping_bindings`),
             without ``rebind``.
         EmbedderMismatch: see :func:`check_embedder`.
     """
@@ -237,7 +265,7 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
         from kbsync.ingest.active import check_still_active
 
         check_still_active(settings, runtime.store)
-    plan = IdentityPlan()
+    plan = IdentityPlan(namespace=namespace)
     states, service = runtime.states, runtime.service
     if check_embedder(states, service, collection=runtime.collection) is None:
         plan.embedder = EmbedderIdentity(service.provider, service.model, service.dimension,
@@ -259,14 +287,25 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
             if not rebind:
                 raise _conflict(spec.name, namespace, previous, path, legacy=legacy)
             plan.warnings.append(f"root {spec.name} rebound from {previous} to {path}")
+        if previous is None:
+            _check_api_texts(states, namespace, spec)
         plan.bindings.append(RootBinding(namespace, spec.name, path))
+    _check_overlaps(roots, bound, namespace, rebind, plan)
+    _check_pending_removals(runtime, namespace, plan)
     for warning in plan.warnings:
         log.warning("%s", warning)
     return plan
 
 
 def record_run(plan: IdentityPlan, *, runtime, run_id: str) -> None:
-    """Write the records :func:`check_run` found missing (never on a dry run)."""
+    """Write the records :func:`check_run` found missing (never on a dry run).
+
+    Interrupted removals of the namespace are finished first, then the roots a
+    ``--rebind`` root replaces are removed (each through :func:`kbsync.ingest.remove.remove`,
+    so a crash in between is finished by the next run or ``kbsync verify --repair``).
+    """
+    if plan.pending_removals or plan.superseded:
+        _remove_before_binding(plan, runtime)
     if plan.embedder is not None:
         runtime.states.write_meta(EMBEDDER, (), {**plan.embedder.to_payload(),
                                                   "collection": runtime.collection,
@@ -276,3 +315,71 @@ def record_run(plan: IdentityPlan, *, runtime, run_id: str) -> None:
             "bound_namespace": b.namespace, "root": b.name, "path": b.path,
             "bound_at": utc_now(), "run_id": run_id})
 
+
+
+# -- roots overlapping the roots already bound ------------------------------------------------
+def overlapping_bindings(spec: RootSpec, bound: dict[str, str]) -> list[tuple[str, str]]:
+    """``(name, path)`` of each binding under another NAME whose folder is the root's
+    folder, an ancestor or a descendant of it (symlinks resolved on both sides).
+
+    Both would index the same files under two doc_ids; within one run
+    :func:`check_roots` refuses the same, across runs only the bindings remember it.
+    """
+    mine = PurePath(display_path(spec.path))
+    found = []
+    for name, text in sorted(bound.items()):
+        if name == spec.name:
+            continue  # the NAME's own binding: the rebind rule of check_run
+        if any(_nested(mine, other) for other in _bound_forms(text)):
+            found.append((name, text))
+    return found
+
+
+def _bound_forms(text: str) -> set[PurePath]:
+    """The bound path as recorded (resolved then) and as it resolves now, when it exists."""
+    forms = {PurePath(text)}
+    if os.path.isdir(text):
+        forms.add(PurePath(display_path(os.path.realpath(text))))
+    return forms
+
+
+def _nested(one: PurePath, other: PurePath) -> bool:
+    return one == other or one in other.parents or other in one.parents
+
+
+def _check_overlaps(roots: Sequence[RootSpec], bound: dict[str, str], namespace: str,
+                    rebind: bool, plan: IdentityPlan) -> None:
+    """Refuse a root that overlaps a root bound under another NAME, unless ``rebind``:
+    then this root replaces it (its documents are removed, the files indexed again here)."""
+    in_run = {spec.name for spec in roots}
+    for spec in roots:
+        others = {n: p for n, p in bound.items() if n not in in_run}
+        for name, path in overlapping_bindings(spec, others):
+            shown = display_path(spec.path)
+            if not rebind:
+                raise RootConflict(
+                    f"root {spec.name} ({shown}) overlaps root {name} ({path}), already bound "
+                    f"in namespace {namespace}: their files would be indexed twice under two "
+                    f"names; ingest {name} again, `kbsync remove --root {name}` first, or pass "
+                    f"{REBIND_HINT} to replace {name} by {spec.name} (its documents are removed)")
+            if name not in plan.superseded:
+                plan.superseded.append(name)
+                plan.warnings.append(f"root {spec.name} ({shown}) replaces the overlapping root "
+                                     f"{name} ({path}): {name}'s documents are removed")
+
+
+def _check_pending_removals(runtime, namespace: str, plan: IdentityPlan) -> None:
+    """Interrupted removals of the namespace: this run finishes them (a dry run says so)."""
+    for target in removal.pending(runtime.store, state_collection=runtime.config.state_collection,
+                                  namespace=namespace):
+        plan.pending_removals.append(target.root or removal.WHOLE_NAMESPACE)
+        plan.warnings.append(f"an interrupted `kbsync remove` of {target.describe()} is "
+                             "finished before this run writes")
+
+
+def _remove_before_binding(plan: IdentityPlan, runtime) -> None:
+    config = runtime.config
+    names = dict(collection=config.collection, state_collection=config.state_collection)
+    removal.finish_pending(runtime.store, namespace=plan.namespace, **names)
+    for name in plan.superseded:
+        removal.remove(runtime.store, target=removal.Target(plan.namespace, name), **names)

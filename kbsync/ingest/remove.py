@@ -1,10 +1,13 @@
 """Dropping a share (one root of a namespace) or a whole namespace (``kbsync remove``).
 
-Write order, the crash-safe one of :func:`kbsync.ingest.write.delete_documents`: the
-points go first, then the documents' state records, then the root bindings
-(:mod:`kbsync.ingest.identity`). A crash in between leaves records without points,
-which a second ``remove`` (or the next full ingest of the root) removes
-idempotently; it never leaves searchable points without a record. Points are
+Write order, the crash-safe one of :func:`kbsync.ingest.write.delete_documents`: an
+intent record first (:data:`REMOVAL`, a meta record naming the target), then the
+points, then the documents' state records, then the root bindings
+(:mod:`kbsync.ingest.identity`), and last the intent record. A crash in between leaves
+records without points and the intent: ``kbsync verify --repair``, the next ingest of the
+namespace or a second ``remove`` finishes the removal (:func:`finish_pending`) instead of
+rebuilding the documents from their files; it never leaves searchable points without a
+record. Points are
 deleted by filter, so points of a document whose record was never committed (a
 crash during its first write) go too. The embedding cache is left alone: it is
 a cache, and it serves the texts again if the share comes back.
@@ -18,9 +21,17 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from kbsync.ingest.state import META_KEY, StateStore, utc_now
 from kbsync.store.base import Filter, VectorStore
 
 log = logging.getLogger(__name__)
+
+ROOT_BINDING = "root"
+"""Meta kind of a root binding (:mod:`kbsync.ingest.identity` writes them and imports this
+name: identity finishes interrupted removals, so this module cannot import it)."""
+REMOVAL = "removal"
+"""Meta kind of a removal's intent record: written before anything is deleted, deleted last."""
+WHOLE_NAMESPACE = "*"  # the intent record's ``removal_root`` for a namespace removal
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,9 @@ def remove(store: VectorStore, *, collection: str, state_collection: str,
     """
     removed = measure(store, collection=collection, state_collection=state_collection,
                       target=target)
+    StateStore(store, state_collection).write_meta(REMOVAL, _intent_key(target), {
+        "removal_namespace": target.namespace, "removal_root": target.root or WHOLE_NAMESPACE,
+        "requested_at": utc_now()})
     flt = target.records()
     if removed.chunks:
         store.delete(collection, flt)
@@ -90,9 +104,50 @@ def remove(store: VectorStore, *, collection: str, state_collection: str,
         store.delete(state_collection, flt)
     if removed.root_bindings:
         store.delete(state_collection, bindings_filter(target))
+    store.delete(state_collection, _intent_filter(target.namespace, target))
     log.info("removed %s: %d documents, %d chunks, %d root bindings", target.describe(),
              removed.documents, removed.chunks, removed.root_bindings)
     return removed
+
+
+def pending(store: VectorStore, *, state_collection: str, namespace: str | None = None
+            ) -> list[Target]:
+    """Removals that were started and never finished (their intent record is left)."""
+    if store.collection_dimension(state_collection) is None:
+        return []
+    intents = [p.payload for p in store.scroll(state_collection, _intent_filter(namespace),
+                                               page_size=64)]
+    return [Target(i["removal_namespace"],
+                   None if i["removal_root"] == WHOLE_NAMESPACE else i["removal_root"])
+            for i in intents]
+
+
+def finish_pending(store: VectorStore, *, collection: str, state_collection: str,
+                   namespace: str) -> list[Removal]:
+    """Finish every interrupted removal of ``namespace`` (caller holds its write lock).
+
+    Returns:
+        What each finished removal removed now (its documents' records, the points
+        and bindings the interrupted one had not reached).
+    """
+    done = []
+    for target in pending(store, state_collection=state_collection, namespace=namespace):
+        log.warning("finishing the interrupted removal of %s", target.describe())
+        done.append(remove(store, collection=collection, state_collection=state_collection,
+                           target=target))
+    return done
+
+
+def _intent_key(target: Target) -> tuple[str, str]:
+    return (target.namespace, target.root or WHOLE_NAMESPACE)
+
+
+def _intent_filter(namespace: str | None, target: Target | None = None) -> Filter:
+    """Intent records (:data:`REMOVAL`) of ``namespace`` (all when ``None``), or of ``target``."""
+    match = {} if namespace is None else {"removal_namespace": namespace}
+    if target is not None:
+        match["removal_root"] = target.root or WHOLE_NAMESPACE
+    return Filter.where(doc_id=f"<kbsync:{REMOVAL}>", **{META_KEY: REMOVAL}, **match)
 
 
 def bindings_filter(target: Target) -> Filter:
@@ -102,9 +157,6 @@ def bindings_filter(target: Target) -> Filter:
     the root's documents are gone it must go too, so that the NAME can be
     given to another share without ``--rebind``.
     """
-    from kbsync.ingest.identity import ROOT_BINDING
-    from kbsync.ingest.state import META_KEY
-
     # StateStore.write_meta marks meta records with doc_id "<kbsync:KIND>" and META_KEY=KIND.
     return Filter.where(doc_id=f"<kbsync:{ROOT_BINDING}>", **{META_KEY: ROOT_BINDING},
                         bound_namespace=target.namespace,

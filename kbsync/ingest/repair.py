@@ -20,6 +20,10 @@ The order of the steps is what makes it safe (each can be interrupted and run ag
    is indexed is lost. They are listed as ``kept``.
 
 Then the store is verified again; ``remaining`` is the drift left.
+
+Before any of this, :func:`finish_removals` completes every ``kbsync remove`` that was
+interrupted (its intent record is left, :mod:`kbsync.ingest.remove`): the documents of a
+root being removed are removed, never rebuilt from their files.
 """
 
 from __future__ import annotations
@@ -90,6 +94,27 @@ def repair(runtime, report: VerifyReport, *, namespace: str | None = None
     after = verify(runtime.store, collection=runtime.collection,
                    state_collection=runtime.settings.state_collection, namespace=namespace)
     return result, after
+
+
+def finish_removals(runtime, namespace: str | None = None) -> list[dict]:
+    """Finish the interrupted removals of ``namespace`` (all when ``None``), each under
+    its namespace's write lock; what each removed now (``Removal.to_dict``).
+
+    Raises:
+        LockHeld: an ingest is running.
+    """
+    from kbsync.ingest import remove
+
+    settings = runtime.settings
+    found = remove.pending(runtime.store, state_collection=settings.state_collection,
+                           namespace=namespace)
+    done: list[dict] = []
+    for ns in sorted({t.namespace for t in found}):
+        with ingest_lock(settings, ns, purpose="repair"):
+            done.extend(r.to_dict() for r in remove.finish_pending(
+                runtime.store, collection=runtime.collection,
+                state_collection=settings.state_collection, namespace=ns))
+    return done
 
 
 def set_aside_damaged(runtime) -> Path | None:

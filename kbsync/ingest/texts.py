@@ -1,7 +1,8 @@
 """A document given as text (``kbsync.api.add_text``), through the runner's steps.
 
 The same checks in the same order as a file ingest (:mod:`kbsync.ingest.runner`):
-under the write lock, the embedder identity, its record, the collection check;
+under the write lock, the embedder identity, its record, the collection check, and
+that no root owns the doc_id (:func:`check_owner`);
 then the plan rule of :func:`kbsync.ingest.state.plan_files`, and the chunk,
 embed and upsert steps a batch of files goes through. Only conversion is
 skipped: the text is the Markdown. Unlike a file, whose failure is reported and
@@ -14,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kbsync import errors
-from kbsync.errors import EmbeddingOutage, EmptyDocument, KbsyncError
-from kbsync.ingest import steps
+from kbsync.errors import EmbeddingOutage, EmptyDocument, KbsyncError, RootConflict
+from kbsync.ingest import identity, steps
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.executor import CONTEXT, Executor
 from kbsync.ingest.stages import DocWork, StageResult
@@ -54,6 +55,25 @@ def plan_text(ctx: IngestContext, source: SourceFile, namespace: str) -> PlanIte
     return PlanItem(PlanAction.CHANGED, source, previous)
 
 
+def check_owner(ctx: IngestContext, source: SourceFile, namespace: str) -> None:
+    """Refuse a text whose doc_id a root owns: the file's document, or one under a bound
+    root NAME (``docs/...`` while ``docs`` is bound); the text would replace the file's
+    document, and the next ingest of the root would silently replace the text.
+
+    Raises:
+        RootConflict: the doc_id belongs to a root.
+    """
+    previous = ctx.states.get(namespace, source.doc_id)
+    owner = previous.root if previous is not None and previous.root != source.root else None
+    head, sep, _ = source.doc_id.partition("/")
+    if owner is None and sep and head in identity.bound_roots(ctx.states, namespace):
+        owner = head
+    if owner is not None:
+        raise RootConflict(f"doc_id {source.doc_id} of namespace {namespace} belongs to root "
+                           f"{owner} (its files' documents); give the text a doc_id outside "
+                           f"{owner}/, e.g. notes/{source.doc_id}")
+
+
 def recorded_state(ctx: IngestContext, namespace: str, doc_id: str) -> DocState | None:
     """The state record of ``doc_id`` (after a write: the one just committed)."""
     return ctx.states.get(namespace, doc_id)
@@ -74,6 +94,7 @@ def ingest_text(request: TextRequest, executor: Executor) -> TextOutcome:
         bound = executor.call(steps.check_identity, CONTEXT, (), ns, False, label="check-identity")
         executor.call(steps.record_identity, CONTEXT, bound, run_id, label="record-identity")
         executor.call(steps.check_collection, CONTEXT, ns, True, label="check-collection")
+        executor.call(check_owner, CONTEXT, request.source, ns, label="check-owner")
         item = executor.call(plan_text, CONTEXT, request.source, ns, label="plan")
         if item.action is PlanAction.UNCHANGED:
             assert item.previous is not None
