@@ -13,6 +13,7 @@ from contextlib import nullcontext
 
 from kbsync.app import cli_support
 from kbsync.app.cli_support import (EXIT_OK, EXIT_PARTIAL, fraction_argument, namespace_argument,
+from kbsync.app.terminal import terminal_safe
                                      run_result)
 
 
@@ -61,7 +62,8 @@ def run_rebuild(args, settings) -> int:
     else:
         _print(report)
     if not report["swapped"]:
-        print("kbsync: rebuild refused: " + "; ".join(report["decision"]["reasons"]),
+        reasons = "; ".join(report["decision"]["reasons"])
+        print("kbsync: rebuild refused: " + terminal_safe(reasons, one_line=True),
               file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
