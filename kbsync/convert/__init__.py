@@ -32,7 +32,8 @@ from kbsync.convert.ocr import ENABLE_HINT, IMAGE_EXTENSIONS, NO_OCR, OcrConfig,
 from kbsync.convert.office import OFFICE_EXTENSIONS, convert_office
 from kbsync.convert.mail import MAIL_EXTENSIONS, convert_eml
 from kbsync.convert.pdf import convert_pdf
-from kbsync.convert.plain_files import TSV_EXTENSIONS, convert_extensionless, convert_tsv, is_text_file
+from kbsync.convert.plain_files import (NO_EXTENSION, TSV_EXTENSIONS, convert_extensionless,
+                                        convert_tsv, is_text_file)
 from kbsync.convert.safe_read import open_within
 from kbsync.convert.text import TEXT_EXTENSIONS, Extracted, convert_text
 from kbsync.errors import (
@@ -88,8 +89,9 @@ def is_supported(path: Path, *, ocr: bool = False) -> bool:
 
 def ignored_kind(name: str) -> str:
     """What an ignored file is, for the summary's ``ignored_by_kind``: its extension
-    (lowercase), or ``binary`` for a file without one that is not text."""
-    return Path(name).suffix.lower() or "binary"
+    (lowercase), or ``(no extension)`` for a file without one that was not read as text
+    (binary, empty, or a name that usually holds a secret)."""
+    return Path(name).suffix.lower() or NO_EXTENSION
 
 
 def convert(path: Path, *, doc_id: str, max_bytes: int = 100 * 2**20,

@@ -23,6 +23,8 @@ from kbsync.convert.safe_read import open_within
 from kbsync.convert.text import Extracted, convert_text, decode_text, fence, normalize_newlines
 
 SNIFF_BYTES = 8192
+NO_EXTENSION = "(no extension)"
+"""The ``ignored_by_kind`` key of extensionless files not read as text."""
 TSV_EXTENSIONS = frozenset({".tsv", ".tab"})
 
 # name (lowercase) of an extensionless file -> fence language; other names are plain text

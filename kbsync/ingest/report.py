@@ -18,7 +18,7 @@ def shown_fields(summary: dict) -> list[str]:
 
 
 def ignored_line(summary: dict) -> str:
-    """``ignored: 3 .rtf, 2 binary`` (most first), or "" when nothing was ignored."""
+    """``ignored: 3 .rtf, 2 (no extension)`` (most first), or "" when nothing was ignored."""
     kinds = sorted(summary.get("ignored_by_kind", {}).items(), key=lambda kv: (-kv[1], kv[0]))
     return f"ignored: {', '.join(f'{n} {kind}' for kind, n in kinds)}" if kinds else ""
 

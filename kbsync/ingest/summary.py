@@ -55,7 +55,8 @@ class IngestSummary:
     # recorded documents discovery could not read (a folder it may list but not enter, an
     # entry it could not stat): kept as indexed, never deleted, named in one warning
     kept_unreadable: int = 0
-    # ``ignored`` by kind: extension (lowercase), or "binary" for a non-text extensionless file
+    # ``ignored`` by kind: extension (lowercase), or "(no extension)" for an extensionless
+    # file not read as text (kbsync.convert.ignored_kind)
     ignored_by_kind: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
