@@ -79,42 +79,48 @@ def rebuild(
     queries, specs = load_queries(queries_file), parse_modes(modes)
     check_k(k)
     run_id = str(flow_run.get_id() or new_run_id())
-    record = active.read_record(target)
-    # An unnamed model means the collection's own when the language rule chose it.
-    target = rebuild_model(target, record, _checked_build(build))
-    shadow_name = rb.choose_shadow(target.logical_collection, rb.existing_collections(target),
-                                   record)
-    shadow = target.model_copy(update={"collection": shadow_name, "active_of": None})
-    live: Settings | None = None
     timings: dict[str, float] = {}
-    try:
-        store = runtime_for(shadow).store  # opened first: it serves readers meanwhile
-        live = rb.live_settings(active.resolve(target, store, warn=False), store)
-        plan = t.prepare_shadow(rb.plan_rebuild(target, live, shadow_name, store, record),
-                                shadow, run_id)
-        logger.info("rebuild %s: live %s, shadow %s%s, roots %s", plan.logical, plan.live,
-                    plan.shadow, " (resumed)" if plan.resumed else "", plan.roots)
-        mark = time.perf_counter()
-        builds = _ingest_all(plan, _Shadow(shadow), run_id)
-        timings["build_s"] = round(time.perf_counter() - mark, 3)
-        mark = time.perf_counter()
-        evals = {which: t.evaluate_collection(queries, specs, which, live, shadow,
-                                              namespace=namespace, k=k)
-                 for which in ("live", "shadow")}
-        timings["eval_s"] = round(time.perf_counter() - mark, 3)
-        mark = time.perf_counter()
-        with _live_locks(live, plan):  # syncs of the live collection wait from here on
-            replay = _ingest_all(plan, _Unlocked(shadow), run_id)
-            state = t.state_check(plan, live, shadow)
-            decision = rb.decide(evals["live"], evals["shadow"], max_drop=max_drop, state=state)
-            pointer = t.swap(plan, target, shadow) if decision["swap"] else None
-        if pointer is None:
-            t.discard(plan, shadow)
-        timings["swap_s"] = round(time.perf_counter() - mark, 3)
-    finally:
-        if live is not None:
-            t.release_live(live)
-        release(shadow)
+    with _whole_rebuild_lock(target, namespace):
+        record = active.read_record(target)
+        # An unnamed model means the collection's own when the language rule chose it.
+        target = rebuild_model(target, record, _checked_build(build))
+        shadow_name = rb.choose_shadow(target.logical_collection,
+                                       rb.existing_collections(target), record)
+        shadow = target.model_copy(update={"collection": shadow_name, "active_of": None})
+        live: Settings | None = None
+        try:
+            store = runtime_for(shadow).store  # opened first: it serves readers meanwhile
+            live = rb.live_settings(active.resolve(target, store, warn=False), store)
+            plan = rb.plan_rebuild(target, live, shadow_name, store, record)
+            t.check_before_build(plan, queries, live, shadow, namespace=namespace)
+            plan = t.prepare_shadow(plan, shadow, run_id)
+            logger.info("rebuild %s: live %s, shadow %s%s, roots %s", plan.logical, plan.live,
+                        plan.shadow, " (resumed)" if plan.resumed else "", plan.roots)
+            whole = not target.qdrant_url
+            mark = time.perf_counter()
+            builds = _ingest_all(plan, _Unlocked(shadow) if whole else _Shadow(shadow), run_id)
+            timings["build_s"] = round(time.perf_counter() - mark, 3)
+            mark = time.perf_counter()
+            evals = {which: t.evaluate_collection(queries, specs, which, live, shadow,
+                                                  namespace=namespace, k=k)
+                     for which in ("live", "shadow")}
+            timings["eval_s"] = round(time.perf_counter() - mark, 3)
+            mark = time.perf_counter()
+            # Syncs of the live collection wait from here on (on the embedded store they
+            # have waited since the start: _whole_rebuild_lock).
+            with nullcontext() if whole else _live_locks(live, plan):
+                replay = _ingest_all(plan, _Unlocked(shadow), run_id)
+                state = t.state_check(plan, live, shadow)
+                decision = rb.decide(evals["live"], evals["shadow"], max_drop=max_drop,
+                                     state=state)
+                pointer = t.swap(plan, target, shadow) if decision["swap"] else None
+            if pointer is None:
+                t.discard(plan, shadow)
+            timings["swap_s"] = round(time.perf_counter() - mark, 3)
+        finally:
+            if live is not None:
+                t.release_live(live)
+            release(shadow)  # closed before the lock goes: a waiting sync then opens it
     report = {"namespace": namespace, "swapped": pointer is not None, "plan": plan.to_dict(),
               "live": evals["live"], "shadow": evals["shadow"], "decision": decision,
               "state": state, "pointer": pointer, "ingest": builds, "replay": replay,
@@ -145,6 +151,17 @@ def _ingest_all(plan: rb.RebuildPlan, executor: PrefectExecutor, run_id: str) ->
                                 mode=SyncMode.FULL, run_id=run_id)
         out[ns] = run_ingest(request, executor).to_dict()
     return out
+
+
+def _whole_rebuild_lock(target: Settings, namespace: str):
+    """The embedded store's one write lock, held from before the store is opened until
+    after it is closed: a sync waits for the whole rebuild (build, replay, swap) or is
+    refused at once, and a rebuild during an ingest is refused with ``LockHeld`` before
+    it opens anything. On a server, syncs write the live collection while the shadow is
+    built (see :func:`_live_locks`), so nothing is held here."""
+    if target.qdrant_url:
+        return nullcontext()
+    return run_lock(target, namespace, purpose="rebuild")
 
 
 def _live_locks(live: Settings, plan: rb.RebuildPlan) -> ExitStack:

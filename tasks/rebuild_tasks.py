@@ -18,6 +18,7 @@ from prefect.cache_policies import NONE
 
 from kbsync.app.runtime import Runtime
 from kbsync.eval import rebuild as rb
+from kbsync.eval import rebuild_checks as checks
 from kbsync.eval import run as ev
 from kbsync.ingest.report import artifact_key
 from kbsync.ingest.state import StateStore
@@ -83,6 +84,35 @@ def evaluate_collection(queries: list[ev.EvalQuery], specs: list[ev.ModeSpec], w
     data = result.to_dict()
     data["collection"] = runtime.collection
     return data
+
+
+@task(name="check-before-build", **COMMON)
+def check_before_build(plan: rb.RebuildPlan, queries: list[ev.EvalQuery], live: Settings,
+                       shadow: Settings, *, namespace: str) -> rb.RebuildPlan:
+    """Refuse before anything is built: a gate that can measure nothing, a root whose share
+    lacks its live documents (:mod:`kbsync.eval.rebuild_checks`). Fills in the live
+    collection's build settings when nothing recorded them."""
+    runtime = live_runtime(live, shadow)
+    checks.check_measurable(queries, set(runtime.states.load(namespace)), namespace=namespace,
+                            collection=live.collection)
+    checks.guard_roots(plan, runtime)
+    if not plan.live_build:
+        plan.live_build = checks.infer_live_build(
+            live, runtime.states, list(plan.roots),
+            lambda settings: _fingerprint_of(settings, runtime))
+    return plan
+
+
+def _fingerprint_of(settings: Settings, runtime: Runtime) -> str:
+    """The base fingerprint of documents built with ``settings`` (on ``runtime``'s embedder)."""
+    from kbsync.text.chunk import chunk_budget
+
+    service = runtime.service
+    config = chunk_budget(service.input_fit() if service else None,
+                          tokens=settings.chunk_tokens, overlap=settings.chunk_overlap,
+                          contextual=settings.contextual_text, fit_chunks=settings.chunk_fit)
+    return Runtime(settings=settings, store=runtime.store, states=runtime.states,
+                   service=service, chunk_config=config).fingerprint
 
 
 @task(name="prepare-shadow", **COMMON)

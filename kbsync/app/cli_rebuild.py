@@ -3,7 +3,8 @@
 ``kbsync rebuild --queries FILE`` runs the ``rebuild`` flow (:mod:`flows.rebuild`)
 with the environment's ``KBSYNC_*`` settings as the new ones, and exits 3 when the
 evaluation gate refused the swap. ``kbsync rebuild --rollback`` serves the previous
-collection again; it is plain library code under the write lock (no Prefect run).
+collection again, and ``kbsync rebuild --restore NAME`` points the collection at NAME
+(after a lost pointer); both are plain library code under the write lock (no Prefect run).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import sys
 from contextlib import nullcontext
 
 from kbsync.app import cli_support
-from kbsync.app.cli_support import (EXIT_OK, EXIT_PARTIAL, fraction_argument, namespace_argument,
 from kbsync.app.terminal import terminal_safe
+from kbsync.app.cli_support import (EXIT_OK, EXIT_PARTIAL, fraction_argument, namespace_argument,
                                      run_result)
 
 
@@ -31,6 +32,9 @@ def register(sub) -> None:
                       help="labelled queries (JSONL or CSV, as for eval), run on both collections")
     what.add_argument("--rollback", action="store_true",
                       help="serve the collection the last rebuild replaced again")
+    what.add_argument("--restore", metavar="NAME",
+                      help="serve collection NAME (KBSYNC_COLLECTION or one of its rebuilt "
+                           "<name>__r<N>) again, e.g. after the active pointer was lost")
     rb.add_argument("--namespace", type=namespace_argument, default="default",
                     help="namespace the queries are evaluated in (every namespace is rebuilt)")
     rb.add_argument("--max-drop", type=fraction_argument, default=0.02, metavar="M",
@@ -41,14 +45,19 @@ def register(sub) -> None:
 
 
 def run_rebuild(args, settings) -> int:
-    """``kbsync rebuild``: 0 swapped (or rolled back), 2 usage error, 3 refused."""
+    """``kbsync rebuild``: 0 swapped (or rolled back, or restored), 2 usage error, 3 refused."""
     if args.rollback:
         return _rollback(args, settings)
+    if args.restore:
+        return _restore(args, settings)
     from kbsync.eval.run import load_queries, parse_modes
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     parse_modes(modes)  # usage errors before any run exists
     load_queries(args.queries)
+    from kbsync.ingest.lock import refuse_if_held
+
+    refuse_if_held(settings, args.namespace)  # an ingest runs: LockHeld before any flow run
     from flows.rebuild import rebuild  # imported late: Prefect's import costs seconds
     from kbsync.app.console import err
 
@@ -85,6 +94,25 @@ def _rollback(args, settings) -> int:
     else:
         print(f"kbsync: {pointer['logical']} serves from {pointer['active']} again "
               f"({pointer['previous']} kept for a rollback)")
+    return EXIT_OK
+
+
+def _restore(args, settings) -> int:
+    from kbsync.eval.rebuild import restore
+    from kbsync.ingest.lock import ingest_lock
+    from kbsync.store import open_store
+
+    with ingest_lock(settings, args.namespace, purpose="restore"):
+        store = open_store(settings)
+        try:
+            pointer = restore(settings, args.restore, store)
+        finally:
+            store.close()
+    if args.json:
+        cli_support.emit({"restored": True, "pointer": pointer})
+    else:
+        kept = f" ({pointer['previous']} kept for a rollback)" if pointer["previous"] else ""
+        print(f"kbsync: {pointer['logical']} serves from {pointer['active']} again{kept}")
     return EXIT_OK
 
 

@@ -5,6 +5,10 @@ On a terminal it shows what would go and asks; without a terminal it needs
 (on a Qdrant server also the Prefect global concurrency limit, when
 ``PREFECT_API_URL`` names a Prefect server), so it never interleaves with an
 ingest. The work is :mod:`kbsync.ingest.remove`.
+
+After ``kbsync rebuild`` swapped, a removal applies to the previous collection too (the
+one ``kbsync rebuild --rollback`` would serve again), and says so: a rollback never
+brings back what was removed.
 """
 
 from __future__ import annotations
@@ -76,11 +80,28 @@ def run_remove(args, settings) -> int:
         try:
             removed = remove(store, collection=settings.collection,
                              state_collection=settings.state_collection, target=target)
+            also = _remove_from_previous(store, settings, target)
         finally:
             store.close()
-    return _report(args, removed, f"removed {target.describe()}: {removed.documents} documents, "
-                                  f"{removed.chunks} chunks, {removed.root_bindings} root "
-                                  f"bindings (collection {settings.collection!r})")
+    line = (f"removed {target.describe()}: {removed.documents} documents, {removed.chunks} "
+            f"chunks, {removed.root_bindings} root bindings (collection {settings.collection!r})")
+    if also is not None:
+        line += (f"; also from {also.collection!r}, the collection `kbsync rebuild --rollback` "
+                 f"would serve: {also.documents} documents")
+    return _report(args, removed, line, previous=also)
+
+
+def _remove_from_previous(store, settings, target: Target) -> Removal | None:
+    """The same removal from the collection a rollback would serve again (the rule: a
+    removal applies to the previous collection too, so no rollback brings it back)."""
+    from kbsync.ingest.active import previous_collection
+    from kbsync.ingest.remove import remove
+
+    previous = previous_collection(settings, store)
+    if previous is None:
+        return None
+    return remove(store, collection=previous, state_collection=f"{previous}_state",
+                  target=target)
 
 
 def _measure(settings, target: Target) -> Removal:
@@ -120,9 +141,11 @@ def _write_lock(settings, namespace: str) -> Iterator[None]:
         yield
 
 
-def _report(args, removal: Removal, line: str, *, confirmed: bool = True) -> int:
+def _report(args, removal: Removal, line: str, *, confirmed: bool = True,
+            previous: Removal | None = None) -> int:
     if args.json:
-        cli_support.emit({**removal.to_dict(), "confirmed": confirmed})
+        cli_support.emit({**removal.to_dict(), "confirmed": confirmed,
+                          "previous": previous.to_dict() if previous else None})
     else:
         from kbsync.app.console import out
 

@@ -53,8 +53,11 @@ def run_verify(args, settings) -> int:
                 result.set_aside = str(aside) if aside else None
         finally:
             runtime.close()
+    from kbsync.ingest.active import unserved_collections
+
     data = {**report.to_dict(), "repair": result.to_dict() if result else None,
-            "remaining": (after if after is not None else report).drifted(), **removals}
+            "remaining": (after if after is not None else report).drifted(), **removals,
+            "unserved_collections": unserved_collections(settings)}
     if args.json:
         emit(data)
     else:
@@ -101,6 +104,10 @@ def _print(data: dict) -> None:
         what = f"root {done['root']} of namespace" if done["root"] else "namespace"
         say(f"finished the interrupted removal of {what} {done['namespace']}: "
             f"{done['documents']} documents, {done['chunks']} chunks removed")
+    if data["unserved_collections"]:
+        say(f"collections {', '.join(data['unserved_collections'])} are neither served nor kept "
+            "for a rollback (left by a crashed rebuild or a lost pointer): `kbsync rebuild "
+            "--restore NAME` serves one; the next rebuild resumes or deletes the newest")
     repair = data["repair"]
     if repair:
         say(f"repair: {repair['orphans_deleted']} orphan points deleted, "

@@ -33,7 +33,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kbsync.errors import UsageError
+from kbsync.errors import StoreUnavailable, UsageError
+from kbsync.eval.rebuild_checks import REBUILD_DELETE_HINT, mass_missing
 from kbsync.ingest import active
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.identity import ROOT_BINDING, stored_embedder
@@ -74,20 +75,20 @@ class RebuildPlan:
 def existing_collections(settings: Settings) -> list[str]:
     """The store's collection names, without opening an embedded store (a folder listing;
     the embedded engine admits one process, and the rebuild's own open comes after)."""
-    if settings.qdrant_url:
-        from kbsync.store import open_store
+    return active.collection_names(settings)
 
-        store = open_store(settings)
-        try:
-            return store.collection_names()  # type: ignore[attr-defined]
-        finally:
-            store.close()
-    from kbsync.store.edge_query import CONFIG_FILE
 
-    folder = settings.store_path
-    if not folder.is_dir():
-        return []
-    return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+def writable_names(store) -> list[str]:
+    """The collection names of the store the rebuild writes.
+
+    Raises:
+        StoreUnavailable: the embedded store opened read-only (another process holds the
+            folder: the rebuild holds the write lock, so a reader that held it briefly).
+    """
+    if not hasattr(store, "collection_names"):
+        raise StoreUnavailable("the embedded store is held by another process, so the "
+                               "rebuild could open it only read-only; run it again")
+    return store.collection_names()
 
 
 def choose_shadow(logical: str, names: list[str], record: pointer.ActiveRecord | None) -> str:
@@ -143,7 +144,11 @@ def plan_rebuild(target: Settings, live: Settings, shadow: str, store,
     if not roots:
         raise UsageError(f"collection {live.collection} has no bound roots to rebuild from "
                          "(ingest a share first)")
-    live_build = (dict(record.build) if record and record.build else active.build_of(live))
+    # The pointer's record, else the collection's own build record; empty when it has
+    # neither (never rebuilt): the flow then infers it (rebuild_checks.infer_live_build),
+    # because ``live`` carries the rebuild's new chunk settings, not the live collection's.
+    live_build = (dict(record.build) if record and record.build
+                  else active.read_build(store, live.collection))
     return RebuildPlan(logical=target.logical_collection, live=live.collection, shadow=shadow,
                        previous=record.previous if record else None, roots=roots,
                        live_build=live_build, target_build=active.build_of(target))
@@ -152,7 +157,7 @@ def plan_rebuild(target: Settings, live: Settings, shadow: str, store,
 def prepare_shadow(plan: RebuildPlan, store, *, run_id: str) -> RebuildPlan:
     """Resume the shadow when a crashed rebuild left it with the same build settings,
     else discard it; record the build settings in it. Never touches the live collection."""
-    names = store.collection_names()
+    names = writable_names(store)
     if plan.shadow in names or f"{plan.shadow}_state" in names:
         built = active.read_build(store, plan.shadow)
         if built == plan.target_build:
@@ -173,16 +178,21 @@ def discard(store, name: str) -> None:
 
 
 def state_check(plan: RebuildPlan, shadow_rt, live_rt) -> dict[str, Any]:
-    """Does the shadow's state match the shares? (plans each root; writes nothing)
+    """Does the shadow's state match the shares and the LIVE collection? (writes nothing)
 
     It matches when a full-mode plan of every root against the shadow finds nothing
     changed or to delete, every file it would add also has no live record (it failed
-    in both: the live collection has nothing better), and no live document lies outside
-    the rebuilt roots (``kbsync.api`` texts: the shadow could not have them). Live
-    documents whose files are gone may be missing: full mode dropped them.
+    in both: the live collection has nothing better), no live document lies outside
+    the rebuilt roots (``kbsync.api`` texts: the shadow could not have them), the live
+    collection's root bindings are still the plan's (a ``kbsync remove`` meanwhile is
+    not undone by the swap), and no root lost its live documents past full mode's
+    mass-delete guard (``mass_delete``: a share unmounted during the rebuild; see
+    :mod:`kbsync.eval.rebuild_checks`). A few live documents whose files are gone may
+    be missing: full mode dropped them, as a full sync would.
     """
     pending: list[str] = []
     missing: list[str] = []
+    mass: list[str] = []
     for ns in plan.roots:
         live_docs = live_rt.states.load(ns)
         shadow_docs = shadow_rt.states.load(ns)
@@ -193,12 +203,17 @@ def state_check(plan: RebuildPlan, shadow_rt, live_rt) -> dict[str, Any]:
             pending += [f"{ns}:{i.doc_id}" for i in rp.to_process()
                         if i.doc_id in live_docs or i.doc_id in shadow_docs]
             pending += [f"{ns}:{d}" for d in rp.to_delete]
+            lost = mass_missing(list(live_docs), list(shadow_docs), spec.name)
+            if lost:
+                mass.append(f"{ns}:{spec.name} ({lost[0]} of {lost[1]} live documents)")
         prefixes = tuple(s.name + "/" for s in specs)
         missing += [f"{ns}:{d}" for d in live_docs
                     if d not in shadow_docs and not d.startswith(prefixes)]
-    return {"matches": not pending and not missing, "pending": sorted(pending)[:20],
-            "pending_count": len(pending), "missing": sorted(missing)[:20],
-            "missing_count": len(missing)}
+    roots_changed = bound_roots(live_rt.states) != plan.roots
+    return {"matches": not pending and not missing and not mass and not roots_changed,
+            "pending": sorted(pending)[:20], "pending_count": len(pending),
+            "missing": sorted(missing)[:20], "missing_count": len(missing),
+            "mass_delete": mass, "roots_changed": roots_changed}
 
 
 def decide(live: dict[str, Any], shadow: dict[str, Any], *, max_drop: float,
@@ -218,7 +233,13 @@ def decide(live: dict[str, Any], shadow: dict[str, Any], *, max_drop: float,
         if not ok:
             reasons.append(f"{mode}: nDCG@10 {after:.4f} on the shadow vs {before:.4f} live "
                            f"(drop {-delta:.4f} > max-drop {max_drop:g})")
-    if not state["matches"]:
+    if state.get("mass_delete"):
+        reasons.append("the shadow lacks most live documents of " + ", ".join(
+            state["mass_delete"]) + " (is the share mounted?); " + REBUILD_DELETE_HINT)
+    if state.get("roots_changed"):
+        reasons.append("the live collection's roots changed during the rebuild (a `kbsync "
+                       "remove` or a new root): run the rebuild again")
+    if state["pending_count"] or state["missing_count"]:
         reasons.append(f"the shadow's state does not match the shares "
                        f"({state['pending_count']} documents pending, {state['missing_count']} "
                        "live documents missing)")
@@ -231,6 +252,10 @@ def swap(plan: RebuildPlan, settings: Settings, store) -> dict[str, Any]:
     replaced). Returns the new pointer record as JSON."""
     record = pointer.ActiveRecord(plan.logical, plan.shadow, plan.live, dict(plan.target_build),
                                   dict(plan.live_build), utc_now())
+    if not active.read_build(store, plan.live):
+        # The one write a rebuild makes beside the live collection's points and records: the
+        # settings it was built with, so a rollback (or a restore) brings them back with it.
+        active.write_build(store, plan.live, dict(plan.live_build), run_id="rebuild")
     _write(record, settings, store)
     old = plan.previous
     if old and old not in (plan.live, plan.shadow):
@@ -263,6 +288,34 @@ def rollback(settings: Settings, store=None) -> dict[str, Any]:
     new = record.rolled_back(utc_now())
     _write(new, settings, store)
     return asdict(new)
+
+
+def restore(settings: Settings, name: str, store) -> dict[str, Any]:
+    """Point the logical collection at ``name`` again (a lost or deleted pointer).
+
+    ``name``: the logical collection itself or one of its generations
+    ``<logical>__r<N>``; its build settings come from its own state record. The
+    newest other generation left (or the logical collection) becomes previous, for a
+    rollback. ``store``: the open store (the caller holds the write lock).
+
+    Raises:
+        UsageError: ``name`` is not one of the logical collection's, or does not exist.
+    """
+    logical = settings.logical_collection
+    names = writable_names(store)
+    if name != logical and not pointer.is_generation_of(logical, name):
+        raise UsageError(f"--restore {name}: not a collection of {logical} (one of "
+                         f"{', '.join(active.generations(logical, names)) or 'none'})")
+    if name not in names:
+        raise UsageError(f"--restore {name}: no such collection in the store (collections of "
+                         f"{logical}: {', '.join(active.generations(logical, names)) or 'none'})")
+    others = [n for n in active.generations(logical, names) if n != name]
+    previous = others[-1] if others else None
+    record = pointer.ActiveRecord(logical, name, previous, active.read_build(store, name),
+                                  active.read_build(store, previous) if previous else {},
+                                  utc_now())
+    _write(record, settings, store)
+    return asdict(record)
 
 
 def _write(record: pointer.ActiveRecord, settings: Settings, store) -> None:

@@ -12,7 +12,12 @@ collection with the model it was built with, whatever the environment says; a
 warning (``kbsync rebuild`` is how a model or chunking change takes effect).
 
 Settings without a pointer come back unchanged, so stores never rebuilt behave as
-before. :func:`resolve` is idempotent.
+before; but a store whose pointer was lost (deleted, or ``qdrant/`` restored from a
+backup without ``active/``) while the logical collection is gone and rebuilt
+generations ``<name>__r<N>`` exist beside it is refused (:func:`refuse_if_orphaned`):
+it would otherwise answer "nothing is indexed yet" and the next ingest would build a
+new collection from scratch. ``kbsync rebuild --restore NAME`` points it back.
+:func:`resolve` is idempotent.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kbsync.errors import StoreUnavailable
+from kbsync.errors import StoreError, StoreUnavailable
 from kbsync.ingest.state import StateStore, utc_now
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
@@ -105,6 +110,7 @@ def resolve(settings: Settings, store=None, *, warn: bool = True) -> Settings:
         return settings  # resolved already
     record = read_record(settings, store)
     if record is None:
+        refuse_if_orphaned(settings, store)
         return settings
     resolved = apply_build(settings.model_copy(update={
         "collection": record.active, "active_of": record.logical}), record.build)
@@ -147,3 +153,77 @@ def check_still_active(settings: Settings, store=None) -> None:
         raise StoreUnavailable(
             f"collection {logical} now serves from {now}, not {settings.collection} (kbsync "
             "rebuild swapped them while this run waited for the write lock); run it again")
+
+
+def generations(logical: str, names: list[str]) -> list[str]:
+    """``logical`` (when present) then its rebuilt generations, oldest first."""
+    built = sorted((n for n in names if pointer.is_generation_of(logical, n)),
+                   key=lambda n: int(n.rsplit("__r", 1)[1]))
+    return ([logical] if logical in names else []) + built
+
+
+def collection_names(settings: Settings, store=None) -> list[str]:
+    """The store's collection names. On the embedded engine a folder listing (whoever holds
+    the store, and without creating it); on a server the open ``store``'s or a short-lived one's."""
+    if not settings.qdrant_url:
+        from kbsync.store.edge_query import CONFIG_FILE
+
+        folder = settings.store_path
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
+    if store is not None and hasattr(store, "collection_names"):
+        return store.collection_names()
+    from kbsync.store import open_store
+
+    own = open_store(settings)
+    try:
+        return own.collection_names()  # type: ignore[attr-defined]
+    finally:
+        own.close()
+
+
+def refuse_if_orphaned(settings: Settings, store=None) -> None:
+    """Refuse to serve the logical collection when its pointer is lost (see module doc).
+
+    Call only when no pointer exists. A leftover shadow of a crashed rebuild beside a
+    live logical collection is not refused (the next rebuild resumes or drops it).
+
+    Raises:
+        StoreError: the logical collection is missing while generations of it exist;
+            the message names them and the command that restores one.
+    """
+    logical = settings.logical_collection
+    names = collection_names(settings, store)
+    if logical in names:
+        return
+    built = generations(logical, names)
+    if not built:
+        return
+    where = (f"alias {logical}{pointer.ACTIVE_SUFFIX}" if settings.qdrant_url
+             else f"pointer {pointer.pointer_path(settings.home, logical)}")
+    raise StoreError(f"collection {logical} has no active {where}, but rebuilt collections "
+                     f"{', '.join(built)} exist beside it; refusing to serve or build an empty "
+                     f"one: run `kbsync rebuild --restore {built[-1]}` to serve one again")
+
+
+def previous_collection(settings: Settings, store=None) -> str | None:
+    """The collection ``kbsync rebuild --rollback`` would serve again, when it exists
+    (``settings``: resolved; ``store``: open, for a server's aliases)."""
+    logical = settings.logical_collection
+    record = read_record(settings.model_copy(update={"active_of": None, "collection": logical}),
+                         store)
+    if record is None or record.previous in (None, settings.collection):
+        return None
+    return record.previous if record.previous in collection_names(settings, store) else None
+
+
+def unserved_collections(settings: Settings, store=None) -> list[str]:
+    """Generations of the logical collection that neither serve nor are kept for a rollback
+    (a crashed or lost rebuild left them; ``kbsync verify`` names them)."""
+    logical = settings.logical_collection
+    record = read_record(settings.model_copy(update={"active_of": None, "collection": logical}),
+                         store)
+    served = {record.active, record.previous} if record else {logical}
+    return [n for n in generations(logical, collection_names(settings, store))
+            if n not in served]

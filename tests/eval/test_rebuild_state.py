@@ -33,7 +33,8 @@ def test_state_check_follows_the_shares(runtime, tmp_path):
                           roots={"default": [f"docs={share}"]}, live_build={}, target_build={})
     assert run_plain(roots, runtime=shadow, mode=SyncMode.FULL).added == 6
     assert rb.state_check(plan, shadow, runtime) == {
-        "matches": True, "pending": [], "pending_count": 0, "missing": [], "missing_count": 0}
+        "matches": True, "pending": [], "pending_count": 0, "missing": [], "missing_count": 0,
+        "mass_delete": [], "roots_changed": False}
 
     # A change on the share that the shadow has not replayed yet, and a file gone.
     (share / "d1.md").write_text("# Doc 1\n\nRewritten.")

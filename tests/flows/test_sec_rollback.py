@@ -1,0 +1,128 @@
+"""Rollbacks and the active pointer keep what they should (issue 22, data loss): a rollback
+never brings back what ``kbsync remove`` removed, a rolled-back collection keeps the build it
+was made with, and a lost pointer is refused (naming the rebuilt collections and
+``kbsync rebuild --restore``), never served as an empty knowledge base.
+
+Real ``kbsync`` commands, the rebuild flow on the session's Prefect test server, the
+embedded engine, hash embeddings (short documents: one chunk at any budget, so every
+rebuild's gate passes).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kbtest import cli_env, run_kbsync, write_tree
+
+TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon"]
+
+
+def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
+    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
+                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
+
+
+def _share(root: Path, word: str) -> Path:
+    write_tree(root, {f"{t}.md": f"# {t} {word}\n\nThe {t} {word} guide. All about the {t}{word}."
+                      for t in TOPICS})
+    return root
+
+
+def _queries(path: Path, root: str = "a") -> Path:
+    lines = [json.dumps({"query": f"the {t} guide", "relevant": [f"{root}/{t}.md"]})
+             for t in TOPICS]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _pointer(home: Path) -> dict | None:
+    path = home / "active" / "kbsync.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _rebuild(env: dict, queries: Path, **settings: str) -> dict:
+    code, report, err = run_kbsync({**env, **settings}, "rebuild", "--queries", str(queries),
+                                   "--json")
+    assert code == 0 and report["swapped"], err
+    return report
+
+
+def test_a_rollback_does_not_bring_back_a_removed_root(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home)
+    a, b = _share(tmp_path / "a", "alpha"), _share(tmp_path / "b", "beta")
+    code, first, err = run_kbsync(env, "ingest", f"a={a}", f"b={b}", "--json")
+    assert code == 0 and first["added"] == 2 * len(TOPICS), err
+    _rebuild(env, _queries(tmp_path / "q.jsonl"), KBSYNC_CHUNK_TOKENS="64")
+
+    code, removed, err = run_kbsync(env, "remove", "--root", "b", "--yes", "--json")
+    assert code == 0 and removed["documents"] == len(TOPICS), err
+    # The rule: a removal applies to the previous collection too, and says so.
+    assert removed["collection"] == "kbsync__r1"
+    assert removed["previous"]["collection"] == "kbsync"
+    assert removed["previous"]["documents"] == len(TOPICS)
+
+    code, back, err = run_kbsync(env, "rebuild", "--rollback", "--json")
+    assert code == 0 and back["pointer"]["active"] == "kbsync", err
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert stats["collection"] == "kbsync", err
+    assert stats["namespaces"]["default"]["documents"] == len(TOPICS)
+    code, hits, err = run_kbsync(env, "search", "the orchardbeta", "--root", "b", "--json")
+    assert code == 0 and hits["results"] == [], (hits, err)
+
+
+def test_a_rolled_back_collection_keeps_its_build(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home)
+    a = _share(tmp_path / "a", "alpha")
+    code, _, err = run_kbsync(env, "ingest", f"a={a}", "--json")
+    assert code == 0, err
+    report = _rebuild(env, _queries(tmp_path / "q.jsonl"), KBSYNC_CHUNK_TOKENS="200")
+    assert report["plan"]["live_build"]["chunk_tokens"] is None  # the default it was built with
+    code, back, err = run_kbsync(env, "rebuild", "--rollback", "--json")
+    assert code == 0 and back["pointer"]["active"] == "kbsync", err
+    pointer = _pointer(home)
+    assert pointer["build"]["chunk_tokens"] is None, pointer
+    assert pointer["previous_build"]["chunk_tokens"] == 200, pointer
+    # The next plain ingest, even with the rejected setting still in the environment,
+    # serves the restored collection with its own build: nothing is re-chunked.
+    again_env = {**env, "KBSYNC_CHUNK_TOKENS": "200"}
+    code, again, err = run_kbsync(again_env, "ingest", f"a={a}", "--json")
+    assert code == 0 and again["collection"] == "kbsync", err
+    assert (again["updated"], again["unchanged"]) == (0, len(TOPICS)), again
+
+
+def test_a_lost_pointer_is_refused_and_restored(prefect_api, tmp_path):
+    home = tmp_path / "home"
+    env = _env(prefect_api, home)
+    a = _share(tmp_path / "a", "alpha")
+    queries = _queries(tmp_path / "q.jsonl")
+    code, _, err = run_kbsync(env, "ingest", f"a={a}", "--json")
+    assert code == 0, err
+    _rebuild(env, queries, KBSYNC_CHUNK_TOKENS="64")
+    _rebuild(env, queries, KBSYNC_CHUNK_TOKENS="48")
+    assert _pointer(home)["active"] == "kbsync__r2"
+    (home / "active" / "kbsync.json").unlink()  # lost (or qdrant/ restored without active/)
+
+    for args in (["stats"], ["search", "the orchard guide"], ["verify"],
+                 ["ingest", f"a={a}"]):
+        code, out, err = run_kbsync(env, *args, "--json")
+        assert code != 0 and out["error"]["kind"] == "StoreError", (args, code, out, err)
+        line = out["error"]["message"]
+        assert "kbsync__r1, kbsync__r2" in line, line
+        assert "kbsync rebuild --restore kbsync__r2" in line, line
+        assert "nothing is indexed" not in err, err
+    assert not (home / "qdrant" / "kbsync").exists()  # the ingest built nothing new
+
+    code, restored, err = run_kbsync(env, "rebuild", "--restore", "kbsync__r2", "--json")
+    assert code == 0 and restored["pointer"]["active"] == "kbsync__r2", err
+    assert restored["pointer"]["previous"] == "kbsync__r1"
+    assert restored["pointer"]["build"]["chunk_tokens"] == 48
+    code, stats, err = run_kbsync(env, "stats", "--json")
+    assert code == 0 and stats["collection"] == "kbsync__r2", err
+    assert stats["namespaces"]["default"]["documents"] == len(TOPICS)
+    code, again, err = run_kbsync(env, "ingest", f"a={a}", "--json")
+    assert code == 0 and again["unchanged"] == len(TOPICS), (again, err)
+    code, _, err = run_kbsync(env, "rebuild", "--restore", "other__r1")
+    assert code == 2 and "not a collection of kbsync" in err, err
