@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kbsync.errors import StoreError
+from kbsync.home import current_access, make_dir
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +122,11 @@ def write_pointer(home: Path, record: ActiveRecord) -> Path:
     pointer is one of the two.
     """
     path = pointer_path(home, record.logical)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     data = json.dumps(asdict(record), sort_keys=True, indent=1).encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{record.logical}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, current_access().file_mode)  # mkstemp's 0600, or 0660 in a shared home
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

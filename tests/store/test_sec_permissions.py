@@ -260,3 +260,26 @@ def test_an_unknown_shared_group_is_one_line(tmp_path) -> None:
                                           "group"):
         open_store(Settings(home=tmp_path / "home", qdrant_url=None,
                             shared_group="no-such-group-kb"))
+
+
+def test_the_active_pointer_is_the_homes_whatever_the_umask(tmp_path) -> None:
+    from kbsync.store.active import ActiveRecord, write_pointer
+
+    home = tmp_path / "home"
+    os.umask(0)  # the autouse fixture restores the session's umask
+    open_store(Settings(home=home, qdrant_url=None)).close()
+    path = write_pointer(home, ActiveRecord("kbsync", "kbsync__r1"))
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@needs_root
+def test_the_active_pointer_of_a_shared_home_is_the_groups(tmp_path, shared_group) -> None:
+    from kbsync.store.active import ActiveRecord, write_pointer
+
+    home = tmp_path / "home"
+    open_store(Settings(home=home, qdrant_url=None, shared_group=shared_group)).close()
+    path = write_pointer(home, ActiveRecord("kbsync", "kbsync__r1"))
+    gid = int(subprocess.check_output(["getent", "group", shared_group]).split(b":")[2])
+    assert path.stat().st_gid == gid and stat.S_IMODE(path.stat().st_mode) == 0o660
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o2770
