@@ -1,7 +1,8 @@
 """The ``kbsync`` command.
 
 Exit codes: 0 ok; 1 run failed; 2 usage error (bad arguments or configuration, a
-ROOT that does not exist); 3 completed but some files failed; 130 interrupted.
+ROOT that does not exist); 3 completed but some files failed; 130 interrupted (Ctrl-C);
+143 and 129 stopped by SIGTERM and SIGHUP (:mod:`kbsync.app.cli_signals`).
 With ``--json`` stdout holds exactly one JSON object on every exit path (with
 ``error: {kind, message}`` on failure, see :mod:`kbsync.app.cli_support`) and every
 log line goes to stderr.
@@ -17,7 +18,7 @@ from typing import Sequence
 
 from kbsync.app import cli_ask, cli_eval, cli_filters, cli_rebuild
 
-from kbsync.app import cli_remove
+from kbsync.app import cli_remove, cli_signals
 
 from kbsync.app import cli_support
 
@@ -131,6 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     cli_support.reset_emitted()
+    with cli_signals.handled():  # SIGTERM and SIGHUP end the command as Ctrl-C does
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     args = settings = None
     try:
         args = build_parser().parse_args(argv)

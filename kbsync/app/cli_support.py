@@ -191,6 +191,9 @@ def setup_logging(verbose: bool) -> None:
 def classify(exc: BaseException, settings=None) -> tuple[int, ErrorCode, str]:
     """``(exit code, kind, one-line message)`` of an exception that ended a command."""
     if isinstance(exc, KeyboardInterrupt):
+        signum = getattr(exc, "signum", None)  # cli_signals.Terminated: SIGTERM, SIGHUP
+        if signum is not None:
+            return 128 + signum, ErrorCode.Interrupted, str(exc)
         return EXIT_INTERRUPTED, ErrorCode.Interrupted, "interrupted"
     if isinstance(exc, UsageError):
         return EXIT_USAGE, exc.kind, one_line(str(exc))
