@@ -92,3 +92,20 @@ def test_the_budget_leaves_a_slow_but_answering_endpoint_alone(indexed):
     done, _ = _search({**env, "KBSYNC_QUERY_TIMEOUT_S": str(BUDGET_S)}, "signing keys", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["results"][0]["path"].endswith("guide.md")
+
+
+def test_the_dimension_probe_of_a_query_shares_the_budget():
+    """Without KBSYNC_EMBED_DIMENSIONS the first query probes the endpoint: under the
+    same budget, not 5 x the request timeout."""
+    from kbsync.embed import EmbeddingService
+    from kbsync.embed.openai_provider import OpenAIEmbedder
+    from kbsync.errors import EmbeddingTransientError
+
+    with FakeOpenAIServer(dimension=8, faults=lambda request: Fault.stall(600)) as server:
+        embedder = OpenAIEmbedder("fake-embedding", base_url=server.url, api_key="k",
+                                  timeout_s=60.0)
+        service = EmbeddingService(embedder, cache=None, query_budget_s=1.0)
+        began = time.monotonic()
+        with pytest.raises(EmbeddingTransientError, match=r"did not answer the query within 1 s"):
+            service.embed_query("anything")
+        assert time.monotonic() - began < 1.0 + SLACK_S
