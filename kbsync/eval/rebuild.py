@@ -9,17 +9,27 @@ The pieces ``kbsync rebuild`` (the ``rebuild`` flow) arranges, without Prefect:
 2. :func:`prepare_shadow` resumes a shadow a crashed rebuild left with the same build
    settings (the ingest's own state makes that incremental) and discards any other
    leftover. The live collection is never written by a rebuild.
-3. The flow ingests every root into the shadow with the new settings (the embedding
+3. Before anything is built, :mod:`kbsync.eval.rebuild_checks` refuses a root whose share
+   lacks its live documents (full mode's mass-delete guard, against the live collection)
+   and a gate whose queries find none of their relevant documents.
+   The flow ingests every root into the shadow with the new settings (the embedding
    cache serves texts that did not change, keyed by model and text), evaluates both
    collections on the same queries, and then, under the live collection's write lock,
    replays what syncs changed meanwhile (a full-mode ingest of the same roots), checks
    that the shadow's state matches the shares (:func:`state_check`), decides
    (:func:`decide`) and swaps (:func:`swap`) or discards the shadow.
 4. After a swap the old live collection is kept as *previous* for :func:`rollback`,
-   until the next swap drops it.
+   until the next swap drops it; it keeps the build settings it was made with, and a
+   ``kbsync remove`` applies to it too. :func:`restore` points the logical name at a
+   named collection again (a lost pointer).
+
+Locks: on the embedded engine (one writer per folder) the rebuild holds the store's
+write lock from before it opens the store until after it closes it, so a sync waits
+for the whole rebuild or is refused at once; on a server only the replay and swap
+hold the live collection's lock (syncs write the live collection meanwhile).
 
 Crash safety: nothing a rebuild does touches the live collection's points or
-records; the only step that changes what search serves is the pointer swap, which
+document records (the swap only adds its build record when it had none); the only step that changes what search serves is the pointer swap, which
 is atomic (:mod:`kbsync.store.active`). A crash before it leaves the live
 collection serving and the shadow resumable or discardable by the next rebuild.
 
