@@ -12,6 +12,13 @@ documents stay (their doc_ids do not change). A store written before bindings ex
 has none: the binding is inferred from one of the root's document records (its file
 path minus its relative path) and recorded on the next real run.
 
+**Overlaps across runs.** A root whose folder (symlinks resolved) is, holds or lies inside
+the folder of a root bound under another NAME in the namespace is refused too: its files
+would be indexed twice under two doc_ids. With ``rebind`` the new root replaces the old
+one: the old root is removed (:func:`kbsync.ingest.remove.remove`) before the run writes.
+A new NAME under which ``kbsync.api`` texts are stored (``NAME/...``) is refused, and so is
+a root inside ``KBSYNC_HOME``. Interrupted removals of the namespace are finished first.
+
 **Embedder identity.** A chunk collection records the embedding provider, model,
 dimension and sparse-encoder version it was built with. Ingest, search (and so ask,
 eval and the Python API) refuse another configured embedder with
@@ -30,15 +37,15 @@ missing (callers skip it on dry runs).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Sequence
 
 from kbsync.errors import EmbedderMismatch, RootConflict
 from kbsync.models import RootSpec, display_path
 from kbsync.text.sparse import CURRENT, LEGACY, SPARSE_VERSION, SparseEncoder, encoder_for
 from kbsync.ingest import remove as removal
+from kbsync.ingest.overlap import overlapping_bindings
 from kbsync.ingest.remove import ROOT_BINDING
 from kbsync.ingest.state import StateStore, utc_now
 
@@ -255,8 +262,8 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
 
     Raises:
         RootConflict: see :func:`check_roots`; a NAME bound to another path, or a
-            path overlapping another NAME's bound path (:func:`overlapping_bindings`),
-            without ``rebind``.
+            path overlapping another NAME's bound path
+            (:func:`kbsync.ingest.overlap.overlapping_bindings`), without ``rebind``.
         EmbedderMismatch: see :func:`check_embedder`.
     """
     check_roots(roots, home=runtime.config.home)
@@ -277,24 +284,30 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
                 f"built with another one, {CHANGE_MODEL_HINT}")
     bound = _bindings(states, namespace) if roots else {}
     for spec in roots:
-        path = display_path(spec.path)
-        previous, legacy = bound.get(spec.name), False
-        if previous is None:
-            previous, legacy = _legacy_path(states, namespace, spec.name), True
-        if previous == path and not legacy:
-            continue
-        if previous is not None and previous != path:
-            if not rebind:
-                raise _conflict(spec.name, namespace, previous, path, legacy=legacy)
-            plan.warnings.append(f"root {spec.name} rebound from {previous} to {path}")
-        if previous is None:
-            _check_api_texts(states, namespace, spec)
-        plan.bindings.append(RootBinding(namespace, spec.name, path))
+        _check_name(spec, bound, states, namespace, rebind, plan)
     _check_overlaps(roots, bound, namespace, rebind, plan)
     _check_pending_removals(runtime, namespace, plan)
     for warning in plan.warnings:
         log.warning("%s", warning)
     return plan
+
+
+def _check_name(spec: RootSpec, bound: dict[str, str], states: StateStore, namespace: str,
+                rebind: bool, plan: IdentityPlan) -> None:
+    """The NAME's own binding: new, the same path, or (with ``rebind``) a moved share."""
+    path = display_path(spec.path)
+    previous, legacy = bound.get(spec.name), False
+    if previous is None:
+        previous, legacy = _legacy_path(states, namespace, spec.name), True
+    if previous == path and not legacy:
+        return
+    if previous is not None and previous != path:
+        if not rebind:
+            raise _conflict(spec.name, namespace, previous, path, legacy=legacy)
+        plan.warnings.append(f"root {spec.name} rebound from {previous} to {path}")
+    if previous is None:
+        _check_api_texts(states, namespace, spec)
+    plan.bindings.append(RootBinding(namespace, spec.name, path))
 
 
 def record_run(plan: IdentityPlan, *, runtime, run_id: str) -> None:
@@ -318,35 +331,6 @@ def record_run(plan: IdentityPlan, *, runtime, run_id: str) -> None:
 
 
 # -- roots overlapping the roots already bound ------------------------------------------------
-def overlapping_bindings(spec: RootSpec, bound: dict[str, str]) -> list[tuple[str, str]]:
-    """``(name, path)`` of each binding under another NAME whose folder is the root's
-    folder, an ancestor or a descendant of it (symlinks resolved on both sides).
-
-    Both would index the same files under two doc_ids; within one run
-    :func:`check_roots` refuses the same, across runs only the bindings remember it.
-    """
-    mine = PurePath(display_path(spec.path))
-    found = []
-    for name, text in sorted(bound.items()):
-        if name == spec.name:
-            continue  # the NAME's own binding: the rebind rule of check_run
-        if any(_nested(mine, other) for other in _bound_forms(text)):
-            found.append((name, text))
-    return found
-
-
-def _bound_forms(text: str) -> set[PurePath]:
-    """The bound path as recorded (resolved then) and as it resolves now, when it exists."""
-    forms = {PurePath(text)}
-    if os.path.isdir(text):
-        forms.add(PurePath(display_path(os.path.realpath(text))))
-    return forms
-
-
-def _nested(one: PurePath, other: PurePath) -> bool:
-    return one == other or one in other.parents or other in one.parents
-
-
 def _check_overlaps(roots: Sequence[RootSpec], bound: dict[str, str], namespace: str,
                     rebind: bool, plan: IdentityPlan) -> None:
     """Refuse a root that overlaps a root bound under another NAME, unless ``rebind``:
