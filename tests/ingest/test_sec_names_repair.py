@@ -81,7 +81,7 @@ def _contents(settings) -> dict:
 
 # -- a killed `kbsync remove` ------------------------------------------------------------------
 _KILLED_REMOVE = """
-import os, signal
+import os, signal, sys
 from kbsync.app.runtime import Runtime
 from kbsync.ingest.remove import Target, remove
 from kbsync.settings import Settings
@@ -103,16 +103,23 @@ class DiesAfterThePoints:
 
 
 remove(DiesAfterThePoints(), collection=settings.collection,
-       state_collection=settings.state_collection, target=Target("default", "b"))
+       state_collection=settings.state_collection,
+       target=Target("default", sys.argv[1] if len(sys.argv) > 1 else None))
 """
 
 
-def _kill_a_remove_of_b(settings) -> None:
-    proc = subprocess.run([sys.executable, "-c", _KILLED_REMOVE], env=_env(settings),
+def _kill_a_remove(settings, *root: str) -> None:
+    """SIGKILL ``remove`` of root ``b`` (or, with no root, of namespace default) half way."""
+    proc = subprocess.run([sys.executable, "-c", _KILLED_REMOVE, *root], env=_env(settings),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     half = _contents(settings)
-    assert half["records"] == {"a": 4, "b": 3} and "b" not in half["points"], half
+    assert half["records"] == {"a": 4, "b": 3}, half
+    assert set(half["points"]) == ({"a"} if root else set()), half
+
+
+def _kill_a_remove_of_b(settings) -> None:
+    _kill_a_remove(settings, "b")
 
 
 def test_repair_finishes_a_killed_remove_instead_of_rebuilding_it(settings, shares):
@@ -155,6 +162,18 @@ def test_the_next_ingest_finishes_a_killed_remove(settings, shares):
         runtime.close()
     assert _contents(settings)["records"] == {"a": 4}
     assert _contents(settings)["bound"] == {"a"}
+
+
+def test_repair_finishes_a_killed_remove_of_a_namespace(settings, shares):
+    _ingest(settings, *shares)
+    _kill_a_remove(settings)
+    env = _env(settings)
+    code, found, _, err = _kbsync(env, "verify", "--json")
+    assert code == 3 and found["pending_removals"] == [{"namespace": "default", "root": None}]
+    code, repaired, text, err = _kbsync(env, "verify", "--repair")
+    assert code == 0 and "finished the interrupted removal of namespace default: 7 documents" \
+        in text, text + err
+    assert _contents(settings) == {"records": {}, "points": {}, "bound": set()}
 
 
 def test_a_finished_remove_leaves_no_intent(settings, shares):
