@@ -158,3 +158,29 @@ def test_reads_check_the_opened_file_not_the_path(tmp_path):
             hash_file(path, resolved)
     assert "fine" in convert(root / "inner-link.md", doc_id="r/i.md", within=resolved).markdown
     assert hash_file(root / "inner-link.md", resolved) == hash_file(root / "d" / "ok.md")
+
+
+def test_without_proc_the_path_is_resolved_and_compared_with_the_open_file(tmp_path, monkeypatch,
+                                                                          caplog):
+    from kbsync.convert import safe_read
+
+    real_readlink = os.readlink
+
+    def no_proc(path, *args, **kwargs):
+        if str(path).startswith("/proc/self/fd/"):
+            raise FileNotFoundError(path)  # as in a chroot without /proc
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", no_proc)
+    monkeypatch.setattr(safe_read, "_warned", False)
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "s.md").write_text(SECRET)
+    (root / "ok.md").write_text("# Ok\n\nfine")
+    (root / "link.md").symlink_to(outside / "s.md")
+    with caplog.at_level(logging.WARNING, logger="kbsync.convert.safe_read"):
+        assert "fine" in convert(root / "ok.md", doc_id="r/ok.md", within=root.resolve()).markdown
+        with pytest.raises(SymlinkOutsideRoot):
+            convert(root / "link.md", doc_id="r/link.md", within=root.resolve())
+    assert sum("/proc/self/fd is not available" in r.getMessage() for r in caplog.records) == 1
