@@ -335,7 +335,8 @@ def test_verify_command_exit_codes_and_json(settings, share, capsys):
     assert {k: v["doc_ids"] for k, v in found["namespaces"]["default"]["drift"].items()} \
         == EVERY_KIND
     assert set(found) == {"collection", "collection_missing", "drifted", "namespaces", "repair",
-                          "remaining", "pending_removals", "removals_finished"}
+                          "remaining", "pending_removals", "removals_finished",
+                          "unserved_collections"}
 
     code, fixed = run_cli(capsys, "--repair", "--namespace", "default")
     assert code == 0 and fixed["remaining"] == 0
