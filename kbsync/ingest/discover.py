@@ -39,6 +39,7 @@ class Discovery:
     files: list[SourceFile] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # unsupported types (relative paths)
     problems: list[Failure] = field(default_factory=list)  # unreadable dirs, escaping links
+    quiet: bool = False  # problems recorded, not logged (a walk that is done again next)
 
 
 def parse_root(spec: str) -> RootSpec:
@@ -125,6 +126,7 @@ def discover(
     accept: Callable[[Path], bool] = lambda _p: True,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    quiet: bool = False,
 ) -> Discovery:
     """List the files under ``root`` in a stable (sorted) order.
 
@@ -133,11 +135,13 @@ def discover(
         accept: files it rejects are listed in ``ignored`` (unsupported type).
         include: glob patterns; when given, only matching files are considered.
         exclude: glob patterns of files to leave out entirely.
+        quiet: record problems without logging them (full mode's preflight walks each
+            root once more right after: its problems are logged then, once).
 
     Returns:
         A :class:`Discovery`; ``files`` carry size and mtime, not yet a hash.
     """
-    result = Discovery(root=root)
+    result = Discovery(root=root, quiet=quiet)
     visited: set[tuple[int, int]] = set()
     stack: list[tuple[Path, str]] = [(root.path, "")]
     while stack:
@@ -256,7 +260,8 @@ def _problem(result: Discovery, rel: str, path: Path, error: ErrorCode, reason) 
     doc_id = f"{result.root.name}/{rel}" if rel else result.root.name
     # The reason may name another raw path (a symlink's target): escape the whole line.
     message = display_text(f"{path}: {reason}")
-    log.warning("skipped %s: %s", doc_id, display_text(str(reason)))
+    if not result.quiet:
+        log.warning("skipped %s: %s", doc_id, display_text(str(reason)))
     result.problems.append(Failure(doc_id=doc_id, path=_display(str(path)), error=error,
                                    message=message))
 

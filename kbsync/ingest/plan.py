@@ -26,7 +26,9 @@ class DeleteGuard:
 
 @dataclass
 class RootPlan:
-    """A root's discovery, its plan, and the documents full mode will delete."""
+    """A root's discovery, its plan, and the documents the run deletes (``to_delete``:
+    in full mode those whose file is gone; in any mode those reached through a link that
+    now leads out of the root, :func:`_deletable`)."""
 
     root: RootSpec
     discovery: Discovery
@@ -52,7 +54,8 @@ def plan_root(
     The root's chunk count is checked against its records (one exact count,
     :func:`kbsync.ingest.verify.check_root`); when they differ, the points of each of
     its documents are counted, and those whose count differs from the record
-    are planned ``changed`` with ``repair=True`` (counted in ``repaired``).
+    are planned ``changed`` with ``repair=True`` (counted in ``repaired``). Recorded
+    documents discovery could not read are kept (``kept_unreadable``), never deleted.
 
     Raises:
         MassDeleteRefused: full mode would empty the root or delete more than
@@ -107,7 +110,7 @@ def preflight_root(
     Raises:
         MassDeleteRefused: as :func:`plan_root`.
     """
-    found = discover(root, accept=runtime.accepts, include=include, exclude=exclude)
+    found = discover(root, accept=runtime.accepts, include=include, exclude=exclude, quiet=True)
     states = runtime.states.load(namespace, root.name)
     present = {f.doc_id for f in found.files}
     plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for d, s in sorted(states.items())
