@@ -110,8 +110,8 @@ def test_a_signal_mid_run_prints_the_error_object_and_stops_what_it_started(tmp_
         assert _uvicorn(proc.pid)
         proc.send_signal(signum)
         out, _ = proc.communicate(timeout=60)
-        time.sleep(1)  # what saw its parent go (a conversion worker) exits on its own
-        left = _alive(started)
+        # what saw its parent go (a conversion worker) may take a moment to exit on its own
+        left = _alive(psutil.wait_procs(started, timeout=10)[1])
     finally:
         if proc.poll() is None:
             proc.kill()
