@@ -269,7 +269,7 @@ def test_remove_a_root_then_a_namespace(prefect_api, tmp_path, settings):
     assert run.code == 0, run.err
     assert run.obj() == {"collection": "kbsync", "namespace": "default", "root": "a",
                          "documents": 3, "chunks": before["default"]["chunks"] - 2,
-                         "root_bindings": 1, "confirmed": True}
+                         "root_bindings": 1, "confirmed": True, "previous": None}
     after = _stats(env)
     assert after["default"] == {"documents": 2, "chunks": 2, "failed_embeddings": 0}
     hits = kbsync(env, "search", "quartza facts", "--json").obj()["results"]
