@@ -18,6 +18,13 @@ sqlite; 100k takes many minutes), and the table says so.
 runs the scale case instead (``store_scale.py``): the chunk collection layout with
 sparse vectors, a reader thread searching during the load, dense and hybrid
 filtered search, reopen and peak RSS, printed beside issue 15's targets.
+
+    python tests/bench/store_bench.py --layouts 100000 [--seal-every 50000]
+
+compares the engine's segment layouts side by side (``store_layouts.py``: today's
+appendable segment, m=0 sealed, m=0 + int8 with rescoring, sealed every N points or at
+the end, HNSW m=16 up to 100k): seal cost, dense and hybrid p50/p95, reopen, peak RSS and
+recall@10 against exact search, with the load average beside each figure.
 """
 
 from __future__ import annotations
@@ -185,10 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, metavar="N",
                         help="run only the scale case at N points (edge; see store_scale.py)")
     parser.add_argument("--queries", type=int, default=QUERIES, help="searches per measure")
+    parser.add_argument("--layouts", type=int, metavar="N",
+                        help="compare the engine's segment layouts at N points (store_layouts.py)")
+    parser.add_argument("--layout-names", default="appendable,m0,m0_int8,m0_int8_end,hnsw16")
+    parser.add_argument("--seal-every", type=int, default=50_000,
+                        help="points per sealed segment in the layouts compared")
     parser.add_argument("--one", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:  # child process: one case, JSON on stdout
-        if args.one[0] == "scale":
+        if args.one[0].startswith("layout:"):
+            from store_layouts import run_layout
+
+            print(json.dumps(run_layout(args.one[0].split(":", 1)[1], int(args.one[1]),
+                                        args.queries, args.seal_every)))
+        elif args.one[0] == "scale":
             from store_scale import run_scale
 
             print(json.dumps(run_scale(int(args.one[1]), args.queries)))
@@ -197,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.scale:
         return _scale(args.scale, args.queries)
+    if args.layouts:
+        return _layouts(args.layouts, args.layout_names.split(","), args.queries,
+                        args.seal_every)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for kind in args.adapters.split(","):
@@ -215,6 +235,32 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             print(f"{kind} {size:,}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
     print_table(rows)
+    return 0
+
+
+def _layouts(size: int, layouts: list[str], queries: int, seal_every: int) -> int:
+    """Each layout in its own child process (so each peak RSS is its own), one table."""
+    from store_layouts import HNSW_MAX, print_layouts
+
+    rows = []
+    for layout in layouts:
+        if layout == "hnsw16" and size > HNSW_MAX:
+            rows.append({"layout": layout, "size": size,
+                         "skipped": f"graph build ~100x the seal; only up to {HNSW_MAX:,}"})
+            continue
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--one", f"layout:{layout}", str(size),
+                               "--queries", str(queries), "--seal-every", str(seal_every)],
+                              stdout=subprocess.PIPE, text=True, check=False)
+        if proc.returncode != 0:
+            rows.append({"layout": layout, "size": size, "skipped": f"failed rc={proc.returncode}"})
+            continue
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"{layout} {size:,}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    print(f"{size:,} points, dim {DIM}, {NAMESPACES} namespaces, sealed every {seal_every:,} "
+          f"points; {queries} queries per figure\n")
+    print_layouts(rows)
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 
