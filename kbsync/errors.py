@@ -52,6 +52,7 @@ class ErrorCode(str, Enum):
     FileTooLarge = "FileTooLarge"
     ArchiveBomb = "ArchiveBomb"
     ConversionTimeout = "ConversionTimeout"
+    MemoryLimitExceeded = "MemoryLimitExceeded"
     FileChangedDuringRead = "FileChangedDuringRead"
     PermissionDenied = "PermissionDenied"
     # embedding
@@ -177,6 +178,11 @@ class ArchiveBomb(ConversionError):
 
 class ConversionTimeout(ConversionError):
     """The converter ran past its wall-clock limit."""
+
+
+class MemoryLimitExceeded(ConversionError):
+    """The converter ran past its memory limit (``KBSYNC_CONVERT_MEMORY_MB``): the file may
+    be sound, only too big to convert under that limit."""
 
 
 class FileChangedDuringRead(TransientError):

@@ -24,9 +24,13 @@ What this module adds around it, and why:
 * **Stray ``<html>``/``<body>`` tags** (pages glued together) are removed before parsing:
   browsers ignore them, but the library nests each one in the previous, and 500 glued pages
   would reach its depth limit.
-* **Limits**: nesting past the library's depth limits (512 levels of tree repair, 1024 of
-  traversal) is cut; the text below is lost and a warning says so. A page the library
-  cannot parse raises ``CorruptDocument``.
+* **Limits**: the library skips what lies past its depth limits (512 levels of tree repair,
+  1024 of traversal). A page it warns about is converted again with its tags below
+  :data:`~kbsync.convert.html_depth.MAX_DEPTH` (256) levels dropped
+  (:func:`~kbsync.convert.html_depth.flatten_deep`): the text down there is kept, as one
+  flat run, and a warning names the depth. Should the library still cut (nesting its own
+  way, through the elements that count leaves out), the text below is lost and a warning
+  says so. A page the library cannot parse raises ``CorruptDocument``.
 
 Not handled (a difference from the markitdown path): a ``role="main"`` element on a
 ``<div>`` does not narrow the page (a CSS selector cannot say "everything outside it"); its
@@ -44,9 +48,10 @@ from importlib.metadata import version
 import html_to_markdown as h2m
 
 # the Markdown fix-ups the converters share
+from kbsync.convert.html_depth import MAX_DEPTH, flatten_deep
 from kbsync.convert.office import clean_images, tidy_tables
 from kbsync.convert.text import Extracted, decode_text, normalize_newlines
-from kbsync.errors import CorruptDocument
+from kbsync.errors import CorruptDocument, EmptyDocument
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +112,35 @@ def convert_html(data: bytes, *, name: str) -> Extracted:
 
     Returns:
         Markdown with ``converter="html-to-markdown"``, ``source_type="html"``, the
-        ``<title>`` as title hint, and warnings for a distrusted charset or a cut depth.
+        ``<title>`` as title hint, and warnings for a distrusted charset, a flattened
+        nesting or a cut depth.
 
     Raises:
         CorruptDocument: binary content (NUL bytes), or the library failed on the page.
+        EmptyDocument: no text above the depth the library stopped at (the message says).
     """
     text, warnings = decode_html(data, name)
     title = _title(text)
     text = _drop_site_headers(_only_main(text))
+    content, cut = _to_markdown(text, name)
+    if cut is not None:  # too deep for the library: again, with the tags down there dropped
+        flat, deepest = flatten_deep(text)
+        if deepest > MAX_DEPTH:
+            content, cut = _to_markdown(flat, name)
+            warnings.append(f"HTML nested {deepest} levels deep: the tags below level {MAX_DEPTH} "
+                            "were dropped, their text kept")
+    if cut is not None:
+        warnings.append(f"HTML nested too deeply, text below the limit dropped ({cut})")
+    md = tidy_tables(clean_images(normalize_newlines(content).strip()))
+    md = re.sub(r"\n{3,}", "\n\n", md)
+    if cut is not None and not re.search(r"\w", md):
+        raise EmptyDocument(f"{name}: no text above the nesting depth the HTML converter "
+                            f"stops at ({cut})")
+    return Extracted(md, CONVERTER, "html", warnings=warnings, title_hint=title)
+
+
+def _to_markdown(text: str, name: str) -> tuple[str, str | None]:
+    """(Markdown, the library's depth warning or None) of a page's text."""
     try:
         result = h2m.convert(text, _OPTIONS)
     except MemoryError:
@@ -122,15 +148,14 @@ def convert_html(data: bytes, *, name: str) -> Extracted:
     except _LIBRARY_ERRORS as exc:
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise CorruptDocument(f"{name}: cannot read HTML ({type(exc).__name__}: {detail})") from exc
+    cut = None
     for warning in result.warnings:
         message = " ".join(str(getattr(warning, "message", warning)).split())[:200]
         if "depth" in message.lower():
-            warnings.append(f"HTML nested too deeply, text below the limit dropped ({message})")
+            cut = message
         else:
             logger.debug("%s: html-to-markdown: %s", name, message)
-    md = tidy_tables(clean_images(normalize_newlines(result.content or "").strip()))
-    md = re.sub(r"\n{3,}", "\n\n", md)
-    return Extracted(md, CONVERTER, "html", warnings=warnings, title_hint=title)
+    return result.content or "", cut
 
 
 def decode_html(data: bytes, name: str) -> tuple[str, list[str]]:

@@ -4,8 +4,12 @@ A converter that hangs, segfaults or balloons then costs one file and one worker
 worker is killed (or found dead) and replaced, and the file is reported with a typed error:
 
 * past the wall-clock limit -> ``ConversionTimeout`` (worker killed with SIGKILL);
-* over the memory limit (``RLIMIT_AS``, the worker's address space) -> ``ConversionError``
-  ("memory limit"); Python raises MemoryError inside the worker, which then exits;
+* over the memory limit (``RLIMIT_AS``, the worker's address space) -> ``MemoryLimitExceeded``,
+  naming the limit and ``KBSYNC_CONVERT_MEMORY_MB``: Python raises MemoryError inside the
+  worker, which reports it and exits with :data:`OOM_EXIT`. The report is made after the
+  failed conversion's frames are released and from a reserve of memory freed for it; should
+  it still not get through, the exit status alone says so. A large but sound file (a 5 MB
+  workbook can need over 2 GiB) is thus never called corrupt;
 * the worker died (a signal such as SIGSEGV, or the kernel's OOM killer) -> ``CorruptDocument``
   ("converter crashed"): the file made a native library fail.
 
@@ -35,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from kbsync.convert import OcrConfig, convert
-from kbsync.errors import ConversionError, ConversionTimeout, CorruptDocument, KbsyncError
+from kbsync.errors import (ConversionError, ConversionTimeout, CorruptDocument, KbsyncError,
+                           MemoryLimitExceeded)
 from kbsync.models import Document, display_path
 
 logger = logging.getLogger(__name__)
@@ -43,6 +48,9 @@ logger = logging.getLogger(__name__)
 _PRELOAD = ["kbsync.convert", "kbsync.convert.isolate", "kbsync.convert.html", "html_to_markdown",
             "markitdown.converters", "pymupdf", "pypdf"]
 _START_TIMEOUT_S = 120.0
+OOM_EXIT = 86
+"""A worker's exit status after a MemoryError (a conversion over the memory limit)."""
+_RESERVE_BYTES = 4 * 2**20  # freed on MemoryError, so the worker can still report it
 
 
 def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., Document]) -> None:
@@ -54,6 +62,7 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
     from kbsync.convert import ocr as ocr_module, office
 
     office.preload()
+    reserve = bytearray(_RESERVE_BYTES)
     ocr_module.set_page_hook(lambda seconds: conn.send(("ocr-page", seconds)))
     conn.send(("ready", None))
     while True:
@@ -67,15 +76,37 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
         options = {"ocr": ocr} if ocr is not None and ocr.enabled else {}  # test targets take none
         if within is not None:
             options["within"] = Path(within)
+        answer: tuple[str, Any] | None = None
         try:
-            conn.send(("ok", target(Path(path), doc_id=doc_id, max_bytes=max_bytes, **options)))
+            answer = ("ok", target(Path(path), doc_id=doc_id, max_bytes=max_bytes, **options))
         except MemoryError:
-            conn.send(("oom", None))
-            return  # the heap may be in a bad state: let the parent start a fresh worker
+            pass  # answered below: here the traceback still holds the file's data
         except KbsyncError as exc:
-            conn.send(("err", exc))
+            answer = ("err", exc)
         except Exception as exc:  # noqa: BLE001 - reported to the parent as a typed error
-            conn.send(("err", ConversionError(f"{display_path(path)}: converter failed ({type(exc).__name__}: {exc})")))
+            answer = ("err", ConversionError(f"{display_path(path)}: converter failed ({type(exc).__name__}: {exc})"))
+        try:
+            if answer is not None:
+                conn.send(answer)
+                continue
+        except MemoryError:  # pickling a huge document
+            pass
+        del answer, reserve
+        _report_oom(conn)
+
+
+def _report_oom(conn: Connection) -> None:
+    """Tell the parent the file ran out of memory, then exit with :data:`OOM_EXIT` (the heap
+    may be in a bad state: the parent starts a fresh worker)."""
+    import gc
+    import os
+
+    gc.collect()
+    try:
+        conn.send(("oom", None))
+    except (MemoryError, OSError):
+        pass  # the exit status says it
+    os._exit(OOM_EXIT)
 
 
 def start_forkserver() -> None:
@@ -178,7 +209,8 @@ class IsolatedConverter:
 
         Raises:
             ConversionTimeout: the file took longer than ``timeout_s``.
-            ConversionError: the worker ran out of memory.
+            MemoryLimitExceeded: the worker ran out of memory (the message names the
+                limit and ``KBSYNC_CONVERT_MEMORY_MB``).
             CorruptDocument: the worker crashed on this file.
             Any error :func:`kbsync.convert.convert` raises, unchanged.
         """
@@ -203,14 +235,25 @@ class IsolatedConverter:
             worker.process.join(1)
             code = worker.process.exitcode
             self._replace(worker)
+            if code == OOM_EXIT:
+                raise self._memory_error(name) from exc
             raise CorruptDocument(f"{name}: converter crashed ({_describe_exit(code)})") from exc
         if status == "oom":
             self._replace(worker)
-            raise ConversionError(f"{name}: converter exceeded the {self._memory_mb} MiB memory limit")
+            raise self._memory_error(name)
         self._finish(worker)
         if status == "ok":
             return payload
         raise payload
+
+    def _memory_error(self, name: str) -> MemoryLimitExceeded:
+        if self._memory_mb is None:  # no limit of ours: the machine's memory ran out
+            return MemoryLimitExceeded(f"{name}: the conversion worker ran out of memory "
+                                       f"(the file may be sound, only large)")
+        return MemoryLimitExceeded(
+            f"{name}: converting it needs more than the {self._memory_mb} MiB memory limit "
+            f"of a conversion worker (the file may be sound, only large); raise "
+            f"KBSYNC_CONVERT_MEMORY_MB to convert it")
 
     def close(self) -> None:
         """Stop all workers (idempotent)."""
