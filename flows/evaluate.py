@@ -22,9 +22,10 @@ from kbsync.query.filters import SearchFilters
 from kbsync.settings import Settings
 from tasks import eval_tasks as t
 from tasks.resources import release, runtime_for
+from tasks.run_names import evaluate_run_name
 
 
-@flow(name="evaluate", log_prints=False, validate_parameters=True)
+@flow(name="evaluate", flow_run_name=evaluate_run_name, log_prints=False, validate_parameters=True)
 def evaluate(
     queries_file: Annotated[str, Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",

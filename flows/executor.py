@@ -25,7 +25,7 @@ import itertools
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Sequence
 
-from prefect import flow
+from prefect import flow, tags
 from prefect.futures import wait
 from prefect.states import Failed
 from prefect.utilities.annotations import quote
@@ -86,7 +86,12 @@ class _WriteHere:
 class PrefectExecutor:
     """Runs the runner's steps as Prefect tasks inside the current flow run."""
 
-    def __init__(self, settings: Settings) -> None:
+    run_tags: tuple[str, ...] = ()
+    """Tags of every ``ingest-root`` subflow beside ``root:NAME`` (a subclass's ``shadow`` or
+    ``replay``; the ingest flow's ``namespace:NS``), so the UI's tag filters find them."""
+
+    def __init__(self, settings: Settings, run_tags: tuple[str, ...] = ()) -> None:
+        self.run_tags = (*type(self).run_tags, *run_tags)
         runtime = runtime_for(settings)
         self.settings = settings
         self.config = runtime.config
@@ -155,7 +160,8 @@ class PrefectExecutor:
         key = str(next(_keys))
         _bodies[key] = body
         subflow = ingest_root.with_options(task_runner=build_task_runner(self.settings))
-        state = subflow(root_name=name, body_key=key, return_state=True)
+        with tags(f"root:{name}", *self.run_tags):
+            state = subflow(root_name=name, body_key=key, return_state=True)
         outcome = state.result(raise_on_failure=False)
         if isinstance(outcome, FilesFailed):
             return outcome.result

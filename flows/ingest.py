@@ -16,7 +16,7 @@ from prefect.states import Failed
 from pydantic import Field
 
 from flows.executor import PrefectExecutor
-from kbsync.errors import EmbeddingOutage, FilesFailed
+from kbsync.errors import FilesFailed, KbsyncError
 from kbsync.ingest.active import resolve
 from kbsync.ingest.discover import local_root, parse_root
 from kbsync.ingest.model_choice import choose_model
@@ -26,15 +26,17 @@ from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
 from kbsync.settings import Settings
-from tasks.artifacts import publish_summary
+from tasks.artifacts import publish_refusal, publish_summary
 from tasks.resources import release
+from tasks.run_names import ingest_run_name
+from tasks.run_story import count_line, log_failures
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
 # Parameter descriptions live in the flow's Args docstring: Prefect builds the deployment's
 # parameter schema (the UI form) from it and drops `Field(description=...)` metadata.
 
 
-@flow(name="ingest", log_prints=False, validate_parameters=True, **FLOW_HOOKS)
+@flow(name="ingest", flow_run_name=ingest_run_name, log_prints=False, validate_parameters=True, **FLOW_HOOKS)
 def ingest(
     roots: Annotated[list[str], Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
@@ -79,18 +81,21 @@ def ingest(
         run_id=str(flow_run.get_id() or new_run_id()))
     # A new collection's model follows its shares' language, once (kbsync.ingest.model_choice).
     settings = choose_model(settings, request.roots, dry_run=dry_run)
+    executor = PrefectExecutor(settings, run_tags=(f"namespace:{namespace}",))
     try:
-        summary = run_ingest(request, PrefectExecutor(settings))
-    except EmbeddingOutage as exc:  # the run did its work: its summary is worth showing
-        publish_summary(counts_of(exc) or {})
+        summary = run_ingest(request, executor)
+    except KbsyncError as exc:  # a refusal or an outage: the run ends Failed on it, summarised
+        counts = counts_of(exc)
+        if counts and "namespace" in counts:
+            log_failures(logger, counts)
+        publish_refusal(exc, namespace=namespace, dry_run=dry_run, counts=counts)
         raise
     finally:
         release(settings)
     result = summary.to_dict()
     publish_summary(result)
-    logger.info("ingest %s: added %d, updated %d, unchanged %d, deleted %d, failed %d",
-                namespace, summary.added, summary.updated, summary.unchanged, summary.deleted,
-                summary.failed)
+    log_failures(logger, result)  # one WARNING per failed file: the UI's "Warning and above"
+    logger.info("%s", count_line(result))
     if summary.failed:
         # The summary rides on an exception: Prefect resolves a Failed state's data into one.
         message = f"{summary.failed} of {summary.files_seen} files failed"

@@ -7,7 +7,9 @@ from uuid import UUID
 from prefect.artifacts import (create_markdown_artifact, create_progress_artifact,
                                create_table_artifact, update_progress_artifact)
 
+from kbsync.errors import KbsyncError
 from kbsync.ingest.report import artifact_key, short_message, summary_markdown
+from tasks.run_story import refusal_markdown
 
 
 def publish_summary(summary: dict) -> None:
@@ -23,11 +25,33 @@ def publish_summary(summary: dict) -> None:
     what = "dry run (would do)" if summary["dry_run"] else "ingest"
     create_markdown_artifact(key=artifact_key(prefix, ns), markdown=summary_markdown(summary),
                              description=f"kbsync {what} summary for namespace {ns}")
+    publish_failures(summary, prefix)
+
+
+def publish_failures(summary: dict, prefix: str) -> None:
+    """The failures table of ``summary`` (empty: no file failed) under its stable key."""
+    ns = summary["namespace"]
+    what = "dry run (would do)" if summary["dry_run"] else "ingest"
     rows = [{"path": f["path"], "doc_id": f["doc_id"], "error": f["error"],
              "message": short_message(f)} for f in summary["failures"]]
     create_table_artifact(key=artifact_key(f"{prefix}-failures", ns), table=rows,
                           description=f"files that failed in the {what} of namespace {ns} "
                                       f"({len(summary['failures'])}; empty: none)")
+
+
+def publish_refusal(exc: KbsyncError, *, namespace: str, dry_run: bool,
+                    counts: dict | None) -> None:
+    """The summary of a run a refusal or an outage ended (``RootConflict``, ``LockHeld``,
+    ``EmbeddingOutage``, ...), under the run's summary key: its error in one line and the
+    counts it reached. The failures table is left as it was: no file was judged, unless
+    the counts name failed files (then the table lists them, as on any run)."""
+    prefix = "kbsync-dry-run" if dry_run else "kbsync-ingest"
+    create_markdown_artifact(
+        key=artifact_key(prefix, namespace),
+        markdown=refusal_markdown(str(exc.kind), str(exc), namespace, dry_run, counts),
+        description=f"kbsync run of namespace {namespace} stopped: {exc.kind}")
+    if counts and counts.get("failures"):
+        publish_failures(counts, prefix)
 
 
 def start_progress(root_name: str) -> UUID | None:

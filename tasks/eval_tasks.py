@@ -35,13 +35,13 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(name="load-queries", **COMMON)
+@task(name="load-queries", task_run_name="load-queries", **COMMON)
 def load_queries(queries_file: str) -> list[ev.EvalQuery]:
     """Parse the query file; every bad line is reported at once (QueryFileError)."""
     return ev.load_queries(queries_file)
 
 
-@task(name="check-labels", retries=2, retry_delay_seconds=2,
+@task(name="check-labels", task_run_name="check-labels", retries=2, retry_delay_seconds=2,
       retry_condition_fn=_transient, **COMMON)
 def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: str) -> list[str]:
     """Warnings for labelled doc_ids the namespace lacks; fails when it holds nothing."""
@@ -59,7 +59,7 @@ def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settin
                        llm=ev.llm_for(settings) if spec.needs_llm else None, filters=filters)
 
 
-@task(name="write-report", **COMMON)
+@task(name="write-report", task_run_name="write-report", **COMMON)
 def write_eval_report(result: ev.EvalResult, report_dir: str, *, margin: float,
                       accept: bool) -> ev.EvalResult:
     """Run the regression gate and write CSV, Markdown, chart, latest.json and history."""

@@ -44,26 +44,71 @@ def forward_core_logs() -> None:
             core.addHandler(handler)
 
 
-ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.engine")
-"""Where Prefect's engine reports the exception a finished run's final state resolves to."""
+ENGINE_LOGGERS = ("prefect.flow_runs", "prefect.task_runs", "prefect.engine")
+"""Where Prefect's engines report the exception a task or flow run ended on."""
+
+ENGINE_EXIT = "Engine execution exited with unexpected exception"
+
+
+def expected_end(exc: BaseException | None) -> bool:
+    """True for an error kbsync raises on purpose to end a run: a refusal (``RootConflict``,
+    ``LockHeld``, ``MassDeleteRefused``, ...), an outage (``EmbeddingOutage``,
+    ``StoreUnavailable``, ...) or a run that ended Failed by design (``RunEndedFailed``).
+    Not :class:`~kbsync.errors.InternalError` (a bug) nor any other exception."""
+    from kbsync.errors import InternalError, KbsyncError
+
+    return isinstance(exc, KbsyncError) and not isinstance(exc, InternalError)
+
+
+def _debugging(record: logging.LogRecord) -> bool:
+    """``-v`` (the root logger at DEBUG) or ``PREFECT_LOGGING_LEVEL=DEBUG`` (Prefect's)."""
+    return (logging.getLogger().isEnabledFor(logging.DEBUG)
+            or logging.getLogger(record.name).isEnabledFor(logging.DEBUG))
+
+
+QUIET_HOOKS = ("stop_flow_watch",)
+"""Hooks of every kbsync run (:data:`tasks.watchdog.FLOW_HOOKS`) whose INFO lines ("Running
+hook ...", "Hook ... finished running successfully") say nothing about the run: dropped
+unless DEBUG logging is on. A hook that fails still logs its ERROR."""
+
+
+def _housekeeping(record: logging.LogRecord) -> bool:
+    if record.levelno > logging.INFO or not isinstance(record.msg, str):
+        return False
+    return any(record.msg.startswith((f"Running hook {hook!r}", f"Hook {hook!r} finished"))
+               for hook in QUIET_HOOKS)
 
 
 class ExpectedRunEnd(logging.Filter):
-    """Drops Prefect's "Engine execution exited with unexpected exception" for a run that
-    ended Failed by design (:class:`kbsync.errors.RunEndedFailed`: files failed, the
-    retrieval gate tripped).
+    """Keeps a run that kbsync ended on purpose from reading as a crash of kbsync.
 
-    A worker's flow-run process asks the engine for the run's *result*, and the result
-    of a Failed state is its exception, raised; the engine then logs it at ERROR with a
-    traceback, in the run's logs, right after "Finished in state Failed('1 of 2 files
-    failed')". That red line reads as a crash of kbsync. Any other exception passes.
+    A refusal or an outage (:func:`expected_end`) is raised through the task, the
+    subflow and the flow; each of Prefect's engines logs it at ERROR with a full
+    traceback (a ``RootConflict`` gave three, about 100 lines, around a one-line state
+    message), and a worker's flow-run process, asking for the run's result, logs it once
+    more as "Engine execution exited with unexpected exception". This filter:
+
+    - drops that engine line for such an error (the run's final state already says it);
+    - keeps every other record of it, one line: the traceback is cut, unless DEBUG
+      logging is on (``-v``, ``PREFECT_LOGGING_LEVEL=DEBUG``), which keeps it whole.
+
+    Any other exception (a bug, :class:`~kbsync.errors.InternalError`) passes untouched.
+    It also drops the INFO lines of the :data:`QUIET_HOOKS` (DEBUG keeps them).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from kbsync.errors import RunEndedFailed
-
+        if _housekeeping(record):
+            return _debugging(record)
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, RunEndedFailed)
+        if not expected_end(exc):
+            return True
+        if record.msg == ENGINE_EXIT:
+            return False
+        if not _debugging(record):
+            # The record is shared by every handler: the API's, the console's. The
+            # message already holds the error's kind and one-line text (repr of it).
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def quiet_expected_run_ends() -> None:

@@ -1,0 +1,93 @@
+"""What a run's log and summary say to the operator who opens it in the Prefect UI.
+
+- :func:`log_failures`: one WARNING line per failed file (the UI's "Warning and
+  above" filter shows exactly these on a Failed run), at most :data:`LOGGED_FAILURES`,
+  then one line saying how many more and which table lists them all.
+- :func:`refusal_markdown`: the summary artifact of a run that ended on a
+  :class:`~kbsync.errors.KbsyncError` (a refusal or an outage) instead of a summary.
+- :func:`count_line`: the run's closing INFO line, in "would" words for a dry run.
+
+Everything a file or share put in these lines (doc_ids, messages) has its control
+characters escaped: a name with a newline or an ANSI escape cannot forge a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+
+from kbsync.ingest.report import artifact_key, short_message, summary_markdown
+
+LOGGED_FAILURES = 20
+"""Failed files named one per line in the log; the failures table lists every one."""
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control or format character (C0, C1, DEL, bidi marks) as ``\\xNN``
+    or ``\\uNNNN``: one printable line whatever a file name held."""
+    out = []
+    for char in str(text):
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def failures_key(summary: dict) -> str:
+    """The key of the failures table this run's summary was written beside."""
+    prefix = "kbsync-dry-run" if summary.get("dry_run") else "kbsync-ingest"
+    return artifact_key(f"{prefix}-failures", summary.get("namespace", "default"))
+
+
+def failure_lines(summary: dict, limit: int = LOGGED_FAILURES) -> list[str]:
+    """The WARNING lines of a summary's failed files: ``failed DOC_ID: KIND: MESSAGE``,
+    at most ``limit``, then ``... and N more failed files: see the table artifact KEY``."""
+    failures = summary.get("failures") or []
+    lines = [f"failed {escape_controls(f.get('doc_id') or f.get('path') or '?')}: "
+             f"{escape_controls(f.get('error', '?'))}: {escape_controls(short_message(f))}"
+             for f in failures[:limit]]
+    if len(failures) > limit:
+        lines.append(f"... and {len(failures) - limit} more failed files: see the table "
+                     f"artifact {failures_key(summary)} (every failed file, with its path)")
+    return lines
+
+
+def log_failures(logger: logging.Logger | logging.LoggerAdapter, summary: dict) -> None:
+    """Log :func:`failure_lines` of ``summary`` at WARNING, one record per line."""
+    for line in failure_lines(summary):
+        logger.warning("%s", line)
+
+
+def count_line(summary: dict) -> str:
+    """``ingest NS: added 1, ...`` or, for a dry run, ``dry run NS (nothing written): would
+    add 15, would update 0, ...``."""
+    names = ("add", "update", "keep unchanged", "delete")
+    values = (summary["added"], summary["updated"], summary["unchanged"], summary["deleted"])
+    ns = escape_controls(summary["namespace"])
+    if summary.get("dry_run"):
+        said = ", ".join(f"would {n} {v}" for n, v in zip(names, values))
+        return f"dry run {ns} (nothing written): {said}, failed {summary['failed']}"
+    said = ", ".join(f"{past} {v}" for past, v in
+                     zip(("added", "updated", "unchanged", "deleted"), values))
+    return f"ingest {ns}: {said}, failed {summary['failed']}"
+
+
+def refusal_markdown(kind: str, message: str, namespace: str, dry_run: bool,
+                     counts: dict | None) -> str:
+    """The summary of a run that a refusal or an outage ended: what stopped it, in one
+    line, where to read what to do, and the counts it reached (when it reached any)."""
+    title = "kbsync dry run" if dry_run else "kbsync ingest"
+    lines = [f"# {title}: {namespace} (stopped: {kind})", "",
+             f"**{kind}**: {_one_line(message)}", "",
+             "Nothing after this point ran. What to do: docs/OPERATIONS.md, section "
+             "\"When a run failed\", the row for this error.", ""]
+    if counts and "namespace" in counts:
+        lines += ["## What it did before it stopped", "",
+                  summary_markdown(counts).split("\n", 2)[2]]
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    return escape_controls(" ".join(str(text).split())).replace("|", "\\|")[:1000]
