@@ -30,7 +30,7 @@ def evaluate(
     queries_file: Annotated[str, Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
     k: Annotated[int, Field(ge=1, le=100)] = 10,
-    modes: Annotated[list[str], Field(min_length=1)] = ["dense"],  # noqa: B006 - literal default
+    modes: Annotated[list[str], Field(min_length=1)] = ["hybrid"],  # noqa: B006 - literal default
     report_dir: Annotated[str, Field(min_length=1)] = "reports/eval",
     regression_margin: Annotated[float, Field(ge=0, le=1)] = 0.02,
     accept_regression: bool = False,
@@ -45,7 +45,7 @@ def evaluate(
         queries_file: JSONL ({"query": ..., "relevant": [doc_id, ...]}) or CSV (query,relevant with |-separated doc_ids) file of labelled queries.
         namespace: Namespace to search; the labelled doc_ids must live there.
         k: Documents ranked per query for hit@k, MRR@k and recall@k (nDCG is always @10).
-        modes: Retrieval modes to compare: dense, hybrid, optionally +mqeN / +hyde (e.g. dense+mqe3).
+        modes: Retrieval modes to compare: dense, hybrid (what kbsync search uses), optionally +mqeN / +hyde (e.g. dense+mqe3).
         report_dir: Folder for per-run CSV/Markdown/PNG, latest.json and history.jsonl; the gate compares with earlier runs kept here.
         regression_margin: The run fails when nDCG@10 of any mode drops by more than this against the baseline run.
         accept_regression: Record a drop as the new baseline instead of failing.

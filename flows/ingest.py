@@ -27,6 +27,7 @@ from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
 from kbsync.settings import Settings
 from tasks.artifacts import publish_refusal, publish_summary
+from tasks.events import sync_finished
 from tasks.resources import release
 from tasks.run_names import ingest_run_name
 from tasks.run_story import count_line, log_failures
@@ -65,9 +66,8 @@ def ingest(
         exclude: Glob patterns (relative path or name); matching files are left out.
         allow_mass_delete: Let full mode empty a root or delete over max_delete_fraction.
         max_delete_fraction: Largest share of a root's documents full mode may delete (0-1).
-        rebind: A root NAME bound to another path moved here: rebind it, keep its documents;
-            a root overlapping another bound root replaces it (whose documents are removed).
-    """
+        rebind: A root NAME bound to another path moved here: rebind it, keep its documents; a root overlapping another bound root replaces it (whose documents are removed).
+    """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
     # Read once; every step gets these values. resolve(): the collection a rebuild made
     # active, with its build settings (kbsync.ingest.active).
@@ -96,6 +96,8 @@ def ingest(
     publish_summary(result)
     log_failures(logger, result)  # one WARNING per failed file: the UI's "Warning and above"
     logger.info("%s", count_line(result))
+    if not dry_run:
+        sync_finished(result)  # the evaluate deployment's trigger, failed files or not
     if summary.failed:
         # The summary rides on an exception: Prefect resolves a Failed state's data into one.
         message = f"{summary.failed} of {summary.files_seen} files failed"

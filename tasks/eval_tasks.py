@@ -17,6 +17,7 @@ from prefect.cache_policies import NONE
 from kbsync.eval import run as ev
 from kbsync.errors import TransientError
 from kbsync.eval.report import summary_markdown, table_rows, write_report
+from kbsync.eval.trend import drops_markdown, trend_markdown
 from kbsync.ingest.report import artifact_key
 from kbsync.settings import Settings
 from tasks.resources import runtime_for
@@ -72,7 +73,8 @@ def report_paths_markdown(result: ev.EvalResult) -> str:
     return "\n".join([
         "## Reports", "",
         f"- per-query CSV: `{report.get('per_query_csv', '?')}`",
-        f"- chart PNG: `{report.get('chart_png', '?')}`",
+        f"- chart PNG (on the worker's disk; the tables above give its figures): "
+        f"`{report.get('chart_png', '?')}`",
         f"- summary Markdown: `{report.get('summary_md', '?')}`",
         (f"- result JSON: `{report.get('result_json', '?')}` (latest: "
          f"`{report.get('latest_json', '?')}`, history: `{report.get('history', '?')}`)"),
@@ -81,6 +83,10 @@ def report_paths_markdown(result: ev.EvalResult) -> str:
 
 def publish_eval(result: ev.EvalResult) -> None:
     """Table and Markdown artifacts under keys stable per namespace (history in the UI).
+
+    The summary shows, inline, the trend of nDCG@10 per mode over the last runs and the
+    queries that dropped most against the baseline (:mod:`kbsync.eval.trend`): the UI
+    cannot show the chart PNG on the worker's disk.
 
     A plain function called from the flow body, not a task: Prefect attaches an
     artifact to the innermost run, so created here they belong to the evaluate
@@ -94,7 +100,8 @@ def publish_eval(result: ev.EvalResult) -> None:
                           description=f"kbsync retrieval metrics per mode, namespace {ns}; "
                                       f"reports (CSV, PNG, Markdown) in `{folder}`")
     create_markdown_artifact(key=artifact_key("kbsync-eval-summary", ns),
-                             markdown=summary_markdown(result) + "\n" +
-                             report_paths_markdown(result),
+                             markdown="\n".join([summary_markdown(result),
+                                                  trend_markdown(result), drops_markdown(result),
+                                                  report_paths_markdown(result)]),
                              description=f"kbsync evaluation summary, namespace {ns}; "
                                          f"reports in `{folder}`")

@@ -152,3 +152,31 @@ def test_ingest_names(params, name):
     from tasks.run_names import ingest_name
 
     assert ingest_name(params) == name
+
+
+def test_a_sync_with_failed_files_still_emits_the_event_that_starts_evaluation(
+        prefect_api, settings, tmp_path):
+    """The evaluate deployment's trigger expects ``kbsync.sync.finished``; a run that ended
+    Failed only because a file failed (exit 3) emits it, with its flow as related resource."""
+    import httpx
+
+    from tasks.events import SYNC_FINISHED
+
+    share = tmp_path / "share"
+    write_tree(share, {"good.md": "# Good\n\nFine text.", "empty.md": ""})
+    state = ingest(roots=[str(share)], namespace="story-event", return_state=True)
+    assert state.is_failed()
+    run_id = str(state.state_details.flow_run_id)
+    body = {"filter": {"event": {"name": [SYNC_FINISHED]},
+                       "any_resource": {"id": [f"kbsync.sync.{run_id}"]}}, "limit": 5}
+    deadline = time.monotonic() + 30
+    while True:
+        events = httpx.post(f"{prefect_api}/events/filter", json=body).json()["events"]
+        if events or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(events) == 1, events
+    (event,) = events
+    assert event["payload"]["failed"] == 1 and event["payload"]["namespace"] == "story-event"
+    related = {(r["prefect.resource.role"], r.get("prefect.resource.name")) for r in event["related"]}
+    assert ("flow", "ingest") in related, related

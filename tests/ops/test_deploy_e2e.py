@@ -66,7 +66,7 @@ def test_deploy_registers_prefect_yaml(stack):
     assert reindex["trigger"]["expect"] == ["kbsync.reindex.requested"]
     assert reindex["actions"][0]["deployment_id"] == ci["id"]
     if HAS_EVALUATE:
-        evaluate = automations["evaluate after a Completed nightly-sync"]
+        evaluate = automations["evaluate after each nightly-sync"]
         assert evaluate["actions"][0]["deployment_id"] == deps["evaluate"]["id"]
 
 

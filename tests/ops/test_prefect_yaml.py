@@ -76,14 +76,15 @@ def test_ci_reindex_trigger_takes_roots_from_the_event():
     assert parsed.parameters["roots"] == "{{ event.payload.roots }}"
 
 
-def test_evaluate_trigger_fires_only_on_completed_nightly_ingest_runs():
+def test_evaluate_trigger_fires_after_each_nightly_ingest_that_did_its_work():
     from prefect.events import DeploymentEventTrigger
 
     spec = specs()["evaluate"]
     assert spec["entrypoint"] == "flows/evaluate.py:evaluate"
     (trigger,) = spec["triggers"]
     parsed = DeploymentEventTrigger.model_validate(trigger)
-    assert parsed.expect == {"prefect.flow-run.Completed"}
+    assert parsed.expect == {"kbsync.sync.finished"}  # tasks.events.SYNC_FINISHED
+    assert spec["parameters"]["modes"] == ["hybrid"]  # the mode `kbsync search` uses
     assert [r.model_dump() for r in parsed.match_related] == [
         {"prefect.resource.role": "flow", "prefect.resource.name": "ingest"},
         {"prefect.resource.role": "deployment", "prefect.resource.name": "nightly-sync"}]
