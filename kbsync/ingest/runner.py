@@ -80,6 +80,8 @@ def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
             checked = time.perf_counter()
             _check_run(request, executor, summary)
             add_seconds(summary, {"checks": time.perf_counter() - checked})
+            if not request.dry_run:
+                _seal_store(executor, summary)
             for spec in request.roots:
                 part = executor.run_root(spec.name, _root_body(spec, request, executor))
                 summary.merge(part)
@@ -119,6 +121,16 @@ def _check_run(request: IngestRequest, executor: Executor, summary: IngestSummar
     missing = executor.call(steps.check_collection, CONTEXT, ns, not request.dry_run,
                             label="check-collection")
     summary.warnings.extend([missing] if missing else [])
+
+
+def _seal_store(executor: Executor, summary: IngestSummary) -> None:
+    """Seal what the store holds unsealed (``stage_s["seal"]`` and a warning when it did)."""
+    sealed = executor.call(steps.seal_store, CONTEXT, label="seal-store")
+    if sealed["points"]:
+        add_seconds(summary, {"seal": sealed["seconds"]})
+        summary.warnings.append(
+            f"sealed {sealed['points']} points of the embedded store in {sealed['seconds']:.1f}s "
+            "(a store made before sealed segments, or a run stopped before its seal)")
 
 
 def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor):

@@ -48,6 +48,23 @@ def check_collection(ctx: IngestContext, namespace: str, create: bool) -> str | 
     return verify.check_collection(ctx, namespace, create=create)
 
 
+def seal_store(ctx: IngestContext) -> dict:
+    """Seal the embedded store's full appendable segments of both collections; a store
+    without ``seal`` (a Qdrant server optimizes on its own) seals nothing.
+
+    Returns ``{"points": sealed, "seconds": spent}``.
+    """
+    total = {"points": 0, "seconds": 0.0}
+    seal = getattr(ctx.store, "seal", None)
+    if seal is None:
+        return total
+    for name in (ctx.config.collection, ctx.config.state_collection):
+        report = seal(name)
+        total["points"] += report["points"]
+        total["seconds"] += report["seconds"]
+    return total
+
+
 def plan(ctx: IngestContext, root: RootSpec, namespace: str, mode: SyncMode, force: bool,
          include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> RootPlan:
     """Discover a root and diff it against the stored state (writes nothing)."""

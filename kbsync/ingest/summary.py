@@ -62,7 +62,8 @@ class IngestSummary:
     def to_dict(self) -> dict:
         """JSON form."""
         result = asdict(self)
-        result["stage_s"] = {k: round(self.stage_s[k], 3) for k in STAGES if k in self.stage_s}
+        result["stage_s"] = {k: round(self.stage_s[k], 3) for k in STAGE_ORDER
+                             if k in self.stage_s}
         return result
 
     def merge(self, part: dict) -> None:
@@ -91,6 +92,12 @@ STAGES = ("checks", "plan", "convert", "chunk", "embed", "write", "finish")
 batch ``convert`` (the first batch starts the conversion workers), ``chunk``, ``embed``
 and ``write`` (upsert, stale-point delete and state commit, document by document), and
 ``finish`` (heal, stat refresh, full mode's deletions)."""
+
+STAGE_ORDER = ("checks", "seal", *STAGES[1:])
+"""The order of ``stage_s``: :data:`STAGES` plus ``seal``, only in a run that sealed the
+embedded store's full appendable segments before its plan (the first run on a store made
+before sealed segments, or after a run killed before its seal;
+:meth:`kbsync.store.edge.EdgeStore.seal`)."""
 
 
 def add_seconds(summary: IngestSummary, seconds: dict[str, float]) -> None:

@@ -17,9 +17,10 @@ Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
   which is where the dimension of an existing collection is read from;
 - ``MatchValue(True)`` never matches a stored bool (see ``edge_query``, which
   holds the filter, config and query translation);
-- there is no background optimizer and ``optimize()`` holds the GIL; kbsync
-  collections never build HNSW graphs (``edge_query.INDEXING_THRESHOLD_KB``, set on
-  create and on load), so :meth:`EdgeStore.optimize` only vacuums and merges.
+- there is no background optimizer and ``optimize()`` holds the GIL: the store seals
+  its appendable segment itself every ``edge_seal.SEAL_EVERY`` points (immutable,
+  mapped, int8-quantized, no HNSW graph), inside the upsert that fills it, so no
+  single call seals more than one segment's worth (see :mod:`kbsync.store.edge_seal`).
 
 Hybrid search: a collection made with ``sparse=True`` has the ``SPARSE``
 vector (IDF modifier) in its ``sparse_vectors``; an older shard gets it added
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -43,6 +43,8 @@ from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreErro
                            StoreFailure, StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store import edge_query as eq
+from kbsync.store import edge_seal as es
+from kbsync.store.edge_seal import Shard as _Shard
 from kbsync.store.base import DENSE, Filter, Point, ScoredPoint, SparseVec
 from kbsync.store.edge_query import errors as _errors
 from kbsync.store.edge_query import to_edge_filter
@@ -62,42 +64,6 @@ _WRITE_BATCH = 1024  # points per update call: bounds one call's memory, not dur
 # The engine flushes only when asked and truncates its WAL only then: unflushed, the WAL
 # held ~6.4 KB a chunk (128 MiB for 20k; 6 GB at 1M), and a crash replays all of it.
 _FLUSH_EVERY = 65_536  # points upserted into a shard between flushes (~1 s each)
-
-
-@dataclass
-class _Shard:
-    """An open shard, its dense dimension, whether it has the sparse vector, and the
-    lock serialising calls into it."""
-
-    shard: Any
-    dimension: int
-    sparse: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    unflushed: int = 0  # points upserted since the last flush (under ``lock``)
-
-
-def _load_shard(folder: Path, name: str, config: Any) -> Any:
-    """Open a shard folder with ``config`` (``edge_query.collection_config`` of its
-    persisted dimension and sparse vector: the engine checks it against the segments and
-    rewrites ``edge_config.json``, so an older shard gets the optimizer settings).
-
-    A folder the engine cannot read is ``StoreDrift`` (one line).
-
-    Seen with qdrant-edge-py 0.9.0 on a segment's id tracker overwritten with
-    garbage ("Corrupted ID tracker mapping"); a *truncated* id tracker loads and
-    silently loses points, which the ingest's store check catches instead.
-    """
-    try:
-        with _errors("load", name):
-            return qe.EdgeShard.load(str(folder), config)
-    except StoreUnavailable:
-        raise
-    except StoreError as exc:
-        cause = " ".join(str(exc.__cause__ or exc).split())[:300]
-        raise StoreDrift(
-            f"edge store: collection {name!r} at {folder} cannot be opened, its files are "
-            f"damaged ({cause}); `kbsync verify --repair` sets a damaged chunk collection "
-            "aside and rebuilds it from the files") from exc
 
 
 def _vector_of(record: Any) -> list[float] | None:
@@ -165,8 +131,9 @@ class EdgeStore:
                 return None
             dimension, sparse = eq.read_config(folder, name)
             diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
-            shard = _load_shard(folder, name, eq.collection_config(dimension, sparse=sparse))
-            handle = self._shards[name] = _Shard(shard, dimension, sparse)
+            shard = es.load_shard(folder, name, es.collection_config(dimension, sparse=sparse))
+            handle = self._shards[name] = _Shard(shard, dimension, sparse,
+                                                 unsealed=es.unsealed_points(shard))
             return handle
 
     def _require(self, name: str) -> _Shard:
@@ -196,7 +163,7 @@ class EdgeStore:
         handle = self._get(name)
         if handle is None:
             folder = self._folder(name)
-            config = eq.collection_config(dimension, sparse=sparse)
+            config = es.collection_config(dimension, sparse=sparse)
             with self._lock:
                 if self._closed:
                     raise StoreError(f"edge store at {self.path} is closed")
@@ -244,12 +211,10 @@ class EdgeStore:
             raise eq.no_sparse_error(name)
         for start in range(0, len(valid), _WRITE_BATCH):
             batch = [eq.edge_point(p) for p in valid[start:start + _WRITE_BATCH]]
-            with handle.lock, _errors("upsert", name):
-                handle.shard.update(qe.UpdateOperation.upsert_points(batch))
-                handle.unflushed += len(batch)
-                if handle.unflushed >= _FLUSH_EVERY:
-                    handle.shard.flush()
-                    handle.unflushed = 0
+            with handle.lock:
+                with _errors("upsert", name):
+                    handle.shard.update(qe.UpdateOperation.upsert_points(batch))
+                es.after_upsert(handle, name, len(batch), _FLUSH_EVERY)
 
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids and a missing collection are ignored."""
@@ -340,10 +305,8 @@ class EdgeStore:
         if handle is None:
             return []
         query = cv.check_query(vector, handle.dimension)
-        request = qe.QueryRequest(
-            limit=limit, query=qe.Query.Nearest(query, using=DENSE), filter=edge_filter,
-            score_threshold=threshold, with_payload=True, with_vector=False,
-        )
+        request = eq.dense_request(query, limit=limit, edge_filter=edge_filter,
+                                   score_threshold=threshold, params=es.search_params())
         with handle.lock, _errors("search", name):
             hits = handle.shard.query(request)
         return eq.to_scored(hits)
@@ -383,7 +346,8 @@ class EdgeStore:
         if handle is None:
             return []
         request = eq.hybrid_request(cv.check_query(dense, handle.dimension), query, limit=limit,
-                                    candidate_limit=candidates, edge_filter=to_edge_filter(flt))
+                                    candidate_limit=candidates, edge_filter=to_edge_filter(flt),
+                                    params=es.search_params())
         with handle.lock, _errors("hybrid search", name):
             return eq.to_scored(handle.shard.query(request))
 
@@ -394,10 +358,29 @@ class EdgeStore:
         return handle
 
     # --- extras -------------------------------------------------------------
-    def optimize(self, name: str | None = None) -> bool:
-        """Vacuum deleted points and merge segments (all open collections when ``name`` is None).
+    def seal(self, name: str) -> dict:
+        """Seal collection ``name``'s appendable segment if it holds ``SEAL_EVERY`` points or
+        more (a store made before sealed segments, or one killed before its seal).
 
-        No HNSW graph is built (see ``edge_query.INDEXING_THRESHOLD_KB``). Blocking and
+        Returns ``{"points": sealed, "seconds": spent}`` (0 points: nothing was due); a
+        missing collection seals nothing. Blocking: one engine call per segment due.
+        """
+        handle = self._get(name)
+        if handle is None:
+            return {"points": 0, "seconds": 0.0}
+        with handle.lock:
+            with _errors("seal", name):
+                before = int(handle.shard.info().indexed_vectors_count)
+            seconds = es.seal(handle, name)
+            with _errors("seal", name):
+                sealed = int(handle.shard.info().indexed_vectors_count) - before
+        return {"points": max(0, sealed), "seconds": round(seconds, 3) if sealed > 0 else 0.0}
+
+    def optimize(self, name: str | None = None) -> bool:
+        """Vacuum deleted points, merge and seal segments (all open collections when ``name``
+        is None).
+
+        No HNSW graph is built (``edge_seal.hnsw_config``: m=0). Blocking and
         GIL-holding, for about a copy of the segments it rewrites: not on a request path.
         Returns whether anything was optimized.
         """

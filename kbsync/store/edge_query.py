@@ -121,42 +121,6 @@ def read_config(folder: Path, name: str) -> tuple[int, bool]:
     return size, sparse is not None
 
 
-INDEXING_THRESHOLD_KB = 0
-"""The engine's ``indexing_threshold``: 0 never builds an HNSW graph (as on a Qdrant server).
-
-qdrant-edge 0.9.0 has no background optimizer: it indexes only inside
-``EdgeShard.optimize()``, which holds the GIL (and kbsync holds the shard's lock)
-for the whole build, and builds one graph over the whole appendable segment
-however large (``max_segment_size`` does not split it). Measured on the 2-core
-machine under load: 17 s for 4,096 points, 34 s for 20,480 (~1.7-4 ms a point), so
-a million chunks would stall every reader and writer of the process for most of
-an hour. With 0, every index kbsync relies on is built as points are written
-(payload indexes, the tenant index on ``namespace``, the sparse inverted index)
-and dense search scans the vectors of the one namespace it filters on;
-``optimize()`` only vacuums deleted points and merges segments."""
-
-
-def optimizers_config() -> Any:
-    """The optimizer settings of every kbsync edge collection (set on create and on load).
-
-    ``prevent_unoptimized=False``: never hide freshly written points until an
-    optimization (the engine's deferred points); a written chunk is searchable at once.
-    """
-    return qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB,
-                                   prevent_unoptimized=False)
-
-
-def collection_config(dimension: int, *, sparse: bool) -> Any:
-    """The ``EdgeConfig`` of a new collection, and the one given when opening a shard
-    (what it leaves unset, the engine keeps as the shard has it)."""
-    return qe.EdgeConfig(
-        vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
-        if sparse else None,
-        optimizers=optimizers_config(),
-    )
-
-
 def index_operations(existing: set[str], keyword_indexes: Sequence[str],
                      bool_indexes: Sequence[str], integer_indexes: Sequence[str] = ()) -> list[Any]:
     """Updates creating the payload indexes not in ``existing`` (``namespace``: tenant;
@@ -211,15 +175,24 @@ def sparse_request(sparse: SparseVec, *, limit: int, edge_filter: Any) -> Any:
                            with_vector=False)
 
 
+def dense_request(dense: Sequence[float], *, limit: int, edge_filter: Any,
+                  score_threshold: float | None, params: Any,
+                  with_payload: bool = True) -> Any:
+    """A dense query request (``params``: ``edge_seal.search_params``, rescoring)."""
+    return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE),
+                           filter=edge_filter, score_threshold=score_threshold, params=params,
+                           with_payload=with_payload, with_vector=False)
+
+
 def hybrid_request(dense: Sequence[float], sparse: SparseVec, *, limit: int,
-                   candidate_limit: int, edge_filter: Any) -> Any:
+                   candidate_limit: int, edge_filter: Any, params: Any = None) -> Any:
     """Prefetch dense and sparse candidates, fuse them with RRF (``RRF_K``).
 
     An empty sparse query matches nothing, so its prefetch is left out.
     """
     prefetches = [qe.Prefetch(limit=candidate_limit, query=qe.Query.Nearest(list(dense),
                                                                            using=DENSE),
-                              filter=edge_filter)]
+                              filter=edge_filter, params=params)]
     if sparse.indices:
         prefetches.append(qe.Prefetch(
             limit=candidate_limit, filter=edge_filter,

@@ -7,8 +7,8 @@ local mode) a fresh child process loads ``size`` random unit vectors (dim 384,
 10 namespaces, chunk-like payloads) in upsert batches of 256, then measures
 namespace-filtered search latency over 200 queries, the time to close and
 reopen the store (open + first count + first search), and its memory. (Edge
-collections build no HNSW graph since issue 15, so there is no "after optimize()"
-measure any more: see ``kbsync.store.edge_query.INDEXING_THRESHOLD_KB``.)
+collections build no HNSW graph: since issue 23 their segments seal every
+``kbsync.store.edge_seal.SEAL_EVERY`` points, inside the upsert; see ``--layouts``.)
 Each case runs in its own process so peak RSS belongs to that case alone.
 Local mode is skipped above ``--local-max`` points (it commits every point to
 sqlite; 100k takes many minutes), and the table says so.

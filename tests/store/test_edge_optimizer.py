@@ -1,9 +1,10 @@
-"""The embedded engine's optimizer settings (``edge_query.optimizers_config``).
+"""The embedded engine's optimizer settings (``edge_seal.optimizers_config``).
 
-kbsync collections never build an HNSW graph (``indexing_threshold`` 0): the engine
+kbsync collections never build an HNSW graph (``HnswIndexConfig(m=0)``): the engine
 would build it only inside ``optimize()``, holding the GIL for minutes at 100k
-points. The settings are written on create and given on every open, so a shard
-made before them gets them; ``optimize()`` then only vacuums and merges.
+points. Segments seal at ``edge_seal.SEAL_EVERY`` points (``indexing_threshold`` and
+``max_segment_size``). The settings are written on create and given on every open, so
+a shard made before them gets them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import qdrant_edge as qe
 from kbsync.store import Point, SparseVec
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.store.edge import EdgeStore
-from kbsync.store.edge_query import CONFIG_FILE, INDEXING_THRESHOLD_KB
+from kbsync.store.edge_query import CONFIG_FILE
+from kbsync.store.edge_seal import seal_threshold_kb
 
 
 def _optimizers(folder: Path) -> dict:
@@ -35,11 +37,11 @@ def _points(n: int, dim: int) -> list[Point]:
 def test_a_new_collection_persists_the_optimizer_settings(tmp_path: Path) -> None:
     with EdgeStore(tmp_path) as store:
         store.ensure_collection("kb", dimension=8, sparse=True)
-    assert INDEXING_THRESHOLD_KB == 0
+    threshold = seal_threshold_kb(8)
     assert _optimizers(tmp_path / "kb") == {
         "deleted_threshold": None, "vacuum_min_vector_number": None,
-        "default_segment_number": None, "max_segment_size": None,
-        "indexing_threshold": 0, "prevent_unoptimized": False}
+        "default_segment_number": None, "max_segment_size": threshold,
+        "indexing_threshold": threshold, "prevent_unoptimized": False}
 
 
 def test_an_older_shard_gets_the_settings_on_open_and_keeps_its_data(tmp_path: Path) -> None:
@@ -56,7 +58,7 @@ def test_an_older_shard_gets_the_settings_on_open_and_keeps_its_data(tmp_path: P
         assert store.count("kb") == 1
         assert store.collection_dimension("kb") == 8
         assert [h.id for h in store.search("kb", [1.0] + [0.0] * 7, limit=1)]
-    assert _optimizers(folder)["indexing_threshold"] == 0
+    assert _optimizers(folder)["indexing_threshold"] == seal_threshold_kb(8)
     config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     assert config["vectors"][DENSE]["size"] == 8 and SPARSE in config["sparse_vectors"]
 

@@ -1,0 +1,211 @@
+"""Sealed segments of the embedded store: their layout, when they seal, and the open shard.
+
+Split from ``edge.py`` (the store's locking and API) so the segment lifecycle lives in
+one place. Facts about qdrant-edge-py 0.9.0 relied on here (checked by
+``tests/store/test_edge_seal.py``):
+
+- there is no background optimizer: a segment changes only inside
+  ``EdgeShard.optimize()``, which blocks and holds the GIL;
+- ``optimize()`` turns an appendable segment whose dense vectors exceed
+  ``indexing_threshold`` KB into an immutable one built with the shard's
+  ``hnsw_config`` and ``quantization_config``, and opens a fresh appendable segment;
+  with ``HnswIndexConfig(m=0)`` no graph is built, so a seal costs a copy and a
+  quantization of the segment and a rebuild of its payload and sparse indexes;
+- ``max_segment_size`` equal to the threshold keeps the merge optimizer from
+  merging sealed segments into larger ones (a merge would be one long call);
+- ``ShardInfo.indexed_vectors_count`` counts the vectors of sealed segments, so
+  ``points_count - indexed_vectors_count`` is what the appendable segment holds.
+
+The layout: a segment seals when it holds :data:`SEAL_EVERY` points (chosen by
+``tests/bench/store_bench.py --layouts``; see docs/SCALING.md). Sealed segments keep their
+original vectors and payloads in mapped files (``Memory.Cold``) and int8 scalar-quantized
+vectors in RAM (~1/4 of the float32 size); a dense search scans the quantized vectors and
+rescores the best ``OVERSAMPLING`` x k on the originals (recall@10 against exact >= 0.99).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
+from kbsync.store.base import DENSE, SPARSE
+from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
+
+log = logging.getLogger(__name__)
+
+SEAL_EVERY = 20_000
+"""Points an appendable segment takes before it seals: bounds one seal call and the float scan
+of the unsealed tail; 1M chunks make 50 sealed segments. A seal of the chunk layout (8 payload
+indexes, the sparse index) cost ~4.7 s per 20k points on the 2-core machine at load 10-12, of
+which ~1.3 s without the payload indexes (docs/SCALING.md): a larger N seals less often but
+holds the engine (and the GIL) longer each time."""
+
+OVERSAMPLING = 2.0
+"""Quantized candidates per result that are rescored on the original vectors."""
+
+QUANTILE = 0.99
+
+
+def seal_threshold_kb(dimension: int) -> int:
+    """The engine's ``indexing_threshold`` and ``max_segment_size`` (KB of dense vectors)."""
+    return max(1, SEAL_EVERY * dimension * 4 // 1024)
+
+
+def optimizers_config(dimension: int) -> Any:
+    """The optimizer settings of every kbsync edge collection (set on create and on load).
+
+    ``prevent_unoptimized=False``: never hide freshly written points until an
+    optimization (the engine's deferred points); a written chunk is searchable at once.
+    """
+    threshold = seal_threshold_kb(dimension)
+    return qe.EdgeOptimizersConfig(indexing_threshold=threshold, max_segment_size=threshold,
+                                   prevent_unoptimized=False)
+
+
+def hnsw_config() -> Any:
+    """``m=0``: a sealed segment gets no graph (a graph costs ~100x the seal and holds the GIL)."""
+    return qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
+
+
+def quantization_config() -> Any:
+    """int8 scalar quantization of sealed segments, the quantized vectors kept in RAM."""
+    return qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=QUANTILE,
+                                       memory=qe.Memory.Pinned)
+
+
+def search_params() -> Any:
+    """Dense search parameters: rescore the quantized candidates on the original vectors."""
+    return qe.SearchParams(quantization=qe.QuantizationSearchParams(
+        rescore=True, oversampling=OVERSAMPLING))
+
+
+def collection_config(dimension: int, *, sparse: bool) -> Any:
+    """The ``EdgeConfig`` of a new collection, and the one given when opening a shard
+    (what it leaves unset, the engine keeps as the shard has it): original vectors and
+    payloads mapped, sealed segments int8-quantized without a graph."""
+    return qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine,
+                                            memory=qe.Memory.Cold)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        if sparse else None,
+        hnsw_config=hnsw_config(), quantization_config=quantization_config(),
+        payload_memory=qe.Memory.Cold, optimizers=optimizers_config(dimension),
+    )
+
+
+def is_sealed_layout(folder: Path) -> bool:
+    """Whether the persisted config of the shard at ``folder`` has the sealed layout
+    (``False`` for a shard made before issue 23, or an unreadable config)."""
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    quant = (config.get("quantization_config") or {}).get("scalar") or {}
+    return (config.get("hnsw_config") or {}).get("m") == 0 and quant.get("type") == "int8"
+
+
+@dataclass
+class Shard:
+    """An open shard, its dense dimension, whether it has the sparse vector, and the
+    lock serialising calls into it."""
+
+    shard: Any
+    dimension: int
+    sparse: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    unflushed: int = 0  # points upserted since the last flush (under ``lock``)
+    unsealed: int = 0  # points written to the appendable segment since the last seal
+
+
+def unsealed_points(shard: Any) -> int:
+    """Points of the shard outside sealed segments (what the next seal would take)."""
+    info = shard.info()
+    return max(0, int(info.points_count) - int(info.indexed_vectors_count))
+
+
+def seal(handle: Shard, name: str) -> float:
+    """Flush, then seal the appendable segment if it is full; call under ``handle.lock``.
+
+    The flush first: a seal starts from flushed segments, so a kill during the seal
+    loses nothing (the engine drops a half-built segment on the next load and the WAL
+    is already truncated to what the segments hold). Returns the seconds spent.
+    """
+    started = time.perf_counter()
+    with _errors("seal", name):
+        handle.shard.flush()
+        handle.unflushed = 0
+        handle.shard.optimize()
+        handle.unsealed = unsealed_points(handle.shard)
+    took = time.perf_counter() - started
+    log.info("edge collection %s: sealed a segment in %.2f s (%d points not sealed)",
+             name, took, handle.unsealed)
+    return took
+
+
+def after_upsert(handle: Shard, name: str, points: int, flush_every: int) -> None:
+    """Count ``points`` written; flush or seal when due. Call under ``handle.lock``."""
+    handle.unflushed += points
+    handle.unsealed += points
+    if handle.unsealed >= SEAL_EVERY:
+        seal(handle, name)
+    elif handle.unflushed >= flush_every:
+        with _errors("flush", name):
+            handle.shard.flush()
+        handle.unflushed = 0
+
+
+def drop_half_built(folder: Path, name: str) -> int:
+    """Remove the segments a killed seal left half-built; returns how many.
+
+    The engine builds a sealed segment in ``temp_segments/segment_builder_*`` and swaps it
+    in only when complete; a process killed meanwhile leaves the builder folder behind and
+    the next load does not remove it (qdrant-edge-py 0.9.0). Only call while holding the
+    store's folder lock: then no engine is building into it. The source segment is intact.
+    """
+    dropped = 0
+    for builder in sorted((folder / "temp_segments").glob("segment_builder_*")):
+        try:
+            shutil.rmtree(builder)
+        except OSError as exc:
+            raise StoreError(f"edge store: cannot remove the half-built segment {builder} of "
+                             f"collection {name!r}: {exc}") from exc
+        dropped += 1
+    if dropped:
+        log.warning("edge collection %s: removed %d half-built segment(s) of an interrupted "
+                    "seal (no point lost: the segment it sealed is intact)", name, dropped)
+    return dropped
+
+
+def load_shard(folder: Path, name: str, config: Any) -> Any:
+    """Open a shard folder with ``config`` (``edge_query.collection_config`` of its
+    persisted dimension and sparse vector: the engine checks it against the segments and
+    rewrites ``edge_config.json``, so an older shard gets the sealed layout and the
+    optimizer settings; its segments seal on the next :func:`seal`).
+
+    A folder the engine cannot read is ``StoreDrift`` (one line).
+
+    Seen with qdrant-edge-py 0.9.0 on a segment's id tracker overwritten with
+    garbage ("Corrupted ID tracker mapping"); a *truncated* id tracker loads and
+    silently loses points, which the ingest's store check catches instead.
+    """
+    try:
+        drop_half_built(folder, name)
+        with _errors("load", name):
+            return qe.EdgeShard.load(str(folder), config)
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:
+        cause = " ".join(str(exc.__cause__ or exc).split())[:300]
+        raise StoreDrift(
+            f"edge store: collection {name!r} at {folder} cannot be opened, its files are "
+            f"damaged ({cause}); `kbsync verify --repair` sets a damaged chunk collection "
+            "aside and rebuilds it from the files") from exc
