@@ -38,6 +38,7 @@ import qdrant_edge as qe
 
 from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store.base import DENSE, SPARSE
+from kbsync.store.edge_check import require_whole_segments
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
 
 log = logging.getLogger(__name__)
@@ -191,14 +192,16 @@ def load_shard(folder: Path, name: str, config: Any) -> Any:
     rewrites ``edge_config.json``, so an older shard gets the sealed layout and the
     optimizer settings; its segments seal on the next :func:`seal`).
 
-    A folder the engine cannot read is ``StoreDrift`` (one line).
+    A folder the engine cannot read, or a sealed segment cut short on disk
+    (:mod:`kbsync.store.edge_check`), is ``StoreDrift`` (one line).
 
     Seen with qdrant-edge-py 0.9.0 on a segment's id tracker overwritten with
     garbage ("Corrupted ID tracker mapping"); a *truncated* id tracker loads and
     silently loses points, which the ingest's store check catches instead.
     """
+    drop_half_built(folder, name)
+    require_whole_segments(folder, name)  # a short mapped file would SIGBUS a search
     try:
-        drop_half_built(folder, name)
         with _errors("load", name):
             return qe.EdgeShard.load(str(folder), config)
     except StoreUnavailable:

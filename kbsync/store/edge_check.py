@@ -1,0 +1,79 @@
+"""Checks of a sealed segment's files before the engine maps them.
+
+A sealed segment's vectors are memory-mapped: a file cut short on disk (a copy that
+stopped, a full disk, a bad restore) would make the first search that reads past its
+end die of SIGBUS, with no error to report. So before a shard is loaded its sealed
+segments' file sizes are checked against the number of points they hold, and a short
+file is :class:`~kbsync.errors.StoreDrift` naming the segment and the file; ``kbsync
+verify`` reports that line and ``kbsync verify --repair`` sets the collection aside and
+rebuilds it from the shares (:func:`kbsync.ingest.repair.set_aside_damaged`).
+
+Facts about qdrant-edge-py 0.9.0's sealed (non-appendable) segment files relied on here
+(``tests/store/test_edge_sealed_damage.py`` checks them):
+
+- ``segment.json`` names the dense vector with ``storage_type`` ``Mmap`` (an appendable
+  segment's is ``ChunkedMmap``, preallocated in chunks: its sizes say nothing);
+- ``id_tracker.versions`` holds 8 bytes per point;
+- ``vector_storage-<name>/matrix.dat`` holds a 4-byte header and ``size`` float32 per
+  point; ``quantized.data`` (int8 scalar) ``size + 4`` bytes per point.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kbsync.errors import StoreDrift
+
+_VERSION_BYTES = 8
+_MATRIX_HEADER = 4
+
+
+def _expected_sizes(segment: Path) -> list[tuple[str, int]]:
+    """``(relative file, minimum bytes)`` of a sealed segment; ``[]`` for an appendable one
+    or a segment whose own description cannot be read (the engine reports that one)."""
+    try:
+        config = json.loads((segment / "segment.json").read_text(encoding="utf-8"))["config"]
+        points = (segment / "id_tracker.versions").stat().st_size // _VERSION_BYTES
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    expected = []
+    for name, params in (config.get("vector_data") or {}).items():
+        if params.get("storage_type") != "Mmap":
+            continue
+        size = int(params["size"])
+        expected.append((f"vector_storage-{name}/matrix.dat", _MATRIX_HEADER + points * size * 4))
+        if (params.get("quantization_config") or {}).get("scalar"):
+            expected.append((f"vector_storage-{name}/quantized.data", points * (size + 4)))
+    return expected
+
+
+def short_files(folder: Path) -> list[str]:
+    """``segment/file (has N of M bytes)`` for every sealed-segment file cut short."""
+    found = []
+    for segment in sorted((folder / "segments").glob("*/")):
+        for relative, minimum in _expected_sizes(segment):
+            path = segment / relative
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = -1
+            if size < minimum:
+                has = "is missing" if size < 0 else f"has {size} of {minimum} bytes"
+                found.append(f"segment {segment.name}: {relative} {has}")
+    return found
+
+
+def require_whole_segments(folder: Path, name: str) -> None:
+    """Raise :class:`StoreDrift` naming the first sealed-segment file cut short.
+
+    Raises:
+        StoreDrift: a sealed segment of ``folder`` has a file shorter than its points need.
+    """
+    short = short_files(folder)
+    if short:
+        more = f" (and {len(short) - 1} more)" if len(short) > 1 else ""
+        raise StoreDrift(
+            f"edge store: collection {name!r} at {folder} cannot be opened, a sealed segment "
+            f"is truncated: {short[0]}{more}; `kbsync verify --repair` sets a damaged chunk "
+            "collection aside and rebuilds it from the files")
