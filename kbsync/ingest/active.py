@@ -111,7 +111,9 @@ def resolve(settings: Settings, store=None, *, warn: bool = True) -> Settings:
     record = read_record(settings, store)
     if record is None:
         refuse_if_orphaned(settings, store)
-        return settings
+        from kbsync.ingest.model_keep import keep_recorded_model
+
+        return keep_recorded_model(settings, store)  # an upgrade's new default strands nothing
     resolved = apply_build(settings.model_copy(update={
         "collection": record.active, "active_of": record.logical}), record.build)
     if warn:
