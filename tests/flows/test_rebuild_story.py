@@ -1,0 +1,46 @@
+"""The rebuild summary an operator reads (#25): settings as a table (live as built against the
+shadow's, changed rows marked), the decision, the state check, the build and replay counts,
+and the rollback command."""
+
+from __future__ import annotations
+
+from tasks.rebuild_story import rebuild_markdown
+
+COUNTS = {"files_seen": 15, "added": 15, "updated": 0, "unchanged": 0, "deleted": 0, "failed": 0}
+
+
+def _report(swapped: bool) -> dict:
+    return {
+        "namespace": "default", "swapped": swapped, "duration_s": 12.5,
+        "timings": {"build_s": 8.0, "eval_s": 3.0, "swap_s": 1.5},
+        "plan": {"logical": "kb", "live": "kb", "shadow": "kb__r1", "resumed": False,
+                 "live_build": {"chunk_tokens": 256, "embed_model": "all-MiniLM-L6-v2"},
+                 "target_build": {"chunk_tokens": 200, "embed_model": "all-MiniLM-L6-v2"}},
+        "decision": {"swap": swapped, "reasons": ["hybrid: 0.750 -> 0.760 (+0.010)"],
+                     "modes": {"hybrid": {"live": 0.75, "shadow": 0.76, "delta": 0.01,
+                                          "ok": True}}},
+        "state": {"matches": swapped, "pending": [] if swapped else ["default:s/a.md"],
+                  "pending_count": 0 if swapped else 1, "missing": [], "missing_count": 0,
+                  "mass_delete": [], "roots_changed": []},
+        "ingest": {"default": COUNTS},
+        "replay": {"default": {**COUNTS, "added": 0, "unchanged": 14, "updated": 1}},
+    }
+
+
+def test_a_swap_summary_tells_the_whole_story():
+    text = rebuild_markdown(_report(swapped=True))
+    assert text.startswith("# kbsync rebuild of kb: swapped")
+    assert "{" not in text  # no raw Python dicts
+    assert "| chunk_tokens | 256 | 200 | **changed** |" in text
+    assert "| embed_model | all-MiniLM-L6-v2 | all-MiniLM-L6-v2 |  |" in text
+    assert "The shadow holds what the shares hold: **yes**" in text
+    replay = text.split("## Replay", 1)[1]
+    assert "| default | 15 | 0 | 1 | 14 | 0 | 0 |" in replay
+    assert "`kbsync rebuild --rollback` points `kb` back to `kb`" in text
+
+
+def test_a_refusal_names_what_the_state_check_found_and_offers_no_rollback():
+    text = rebuild_markdown(_report(swapped=False))
+    assert "refused (live collection kept)" in text
+    assert "**no**" in text and "1 documents still to sync into the shadow: default:s/a.md" in text
+    assert "--rollback" not in text
