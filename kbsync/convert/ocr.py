@@ -11,6 +11,14 @@ reports none) and runs in its own process, so each page has its own time limit: 
 ``page_timeout_s`` has its ``tesseract`` killed and is reported in the warnings, and the other
 pages still count. Measured in ``tests/bench/ocr_bench.py`` beside ``get_textpage_ocr``.
 
+Page segmentation: :data:`PSM` (Tesseract's ``--psm``), chosen by measurement (see its
+comment): automatic layout first; a page whose words cover under 90% of its ink
+(:mod:`.ocr_coverage`), or whose confidence is under 85, is read again as one column, then
+as one uniform block of text, and a later reading is kept when it scores clearly better
+(:func:`~kbsync.convert.ocr_coverage.better_reading`). A page still under
+:data:`~kbsync.convert.ocr_coverage.MIN_COVERAGE` is named in the document's warnings, since
+Tesseract's confidence only speaks for the words it found.
+
 Limits: one Tesseract thread per page (parallelism comes from the conversion workers);
 pages rendered above :data:`MAX_PIXELS` are scaled down; no layout analysis beyond
 Tesseract's blocks and lines, no tables, no headings.
@@ -30,6 +38,8 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kbsync.convert.ocr_coverage import (PSM, Box, better_reading, coverage_warning, gray_pixels,
+                                         incomplete, ink_coverage)
 from kbsync.convert.text import Extracted, join_pages
 from kbsync.errors import ConversionError, EmptyDocument, NoTextLayer, UsageError
 
@@ -65,22 +75,26 @@ class OcrConfig:
         languages: Tesseract language codes joined by ``+`` (``eng+chi_sim``).
         dpi: rendering resolution of PDF pages.
         page_timeout_s: wall-clock limit of one page's recognition.
+        psm: Tesseract's page segmentation modes, tried in turn (:data:`PSM`): the next only
+            while the best reading looks incomplete (see :func:`ocr_png`).
     """
 
     enabled: bool = False
     languages: str = "eng+chi_sim"
     dpi: int = 300
     page_timeout_s: float = 60.0
+    psm: tuple[int, ...] = PSM
 
     def key(self) -> str:
-        """What shapes OCR output: engine, its version, languages and dpi (``off`` when off).
+        """What shapes OCR output: engine, its version, languages, dpi and page segmentation
+        (``off`` when off).
 
         It enters the fingerprint of documents that had scanned pages only, so switching
         OCR on (or changing its languages) reprocesses exactly those documents.
         """
         if not self.enabled:
             return OCR_OFF
-        return f"{ENGINE}-{engine_version()}/{self.languages}/{self.dpi}dpi"
+        return f"{ENGINE}-{engine_version()}/{self.languages}/{self.dpi}dpi/psm{'+'.join(map(str, self.psm))}"
 
 
 NO_OCR = OcrConfig()
@@ -89,11 +103,14 @@ NO_OCR = OcrConfig()
 
 @dataclass(frozen=True)
 class OcrPage:
-    """One page read by OCR: its text (paragraphs split by blank lines) and the mean word
-    confidence (0-100, Tesseract's scale; 0.0 when no word was found)."""
+    """One page read by OCR: its text (paragraphs split by blank lines), the mean word
+    confidence (0-100, Tesseract's scale; 0.0 when no word was found) and the share of the
+    page's ink its words cover (0-1, :func:`~kbsync.convert.ocr_coverage.ink_coverage`;
+    1.0 when not measured)."""
 
     text: str
     confidence: float
+    coverage: float = 1.0
 
 
 def check_available(config: OcrConfig) -> None:
@@ -170,16 +187,48 @@ def _fonts_unmapped(page) -> bool:
     return True
 
 
-def ocr_png(png: bytes, config: OcrConfig, *, label: str) -> OcrPage:
-    """Read one rendered page.
+def ocr_png(png: bytes, config: OcrConfig, *, label: str, gray=None) -> OcrPage:
+    """Read one rendered page; ``gray`` (its pixels, a 2-D uint8 array) measures the coverage.
+
+    Each of ``config.psm`` in turn while the best reading so far looks incomplete
+    (:func:`~kbsync.convert.ocr_coverage.incomplete`; without ``gray``, the first only); a
+    later reading replaces it only when clearly better
+    (:func:`~kbsync.convert.ocr_coverage.better_reading`: automatic layout keeps columns in
+    order). Each run has its own time limit; a later run that fails or times out leaves the
+    best reading so far.
 
     Raises:
         ConversionError: ``tesseract`` failed or ran past ``config.page_timeout_s``
             (its process is killed then); ``label`` names the page in the message.
     """
+    best: OcrPage | None = None
+    for psm in config.psm:
+        if best is not None:
+            if gray is None or not incomplete(best.coverage, best.confidence):
+                break
+            if _page_hook is not None:
+                _page_hook(config.page_timeout_s + 30.0)  # a new run, a new page limit
+        try:
+            page = _tesseract(png, config, psm, label=label, gray=gray)
+        except ConversionError as exc:
+            if best is None:
+                raise
+            logger.warning("%s; the page keeps its best reading so far", exc)
+            break
+        if best is None or better_reading((page.coverage, page.confidence),
+                                          (best.coverage, best.confidence)):
+            best = page
+    if best is None:
+        raise UsageError("OcrConfig.psm is empty: name at least one page segmentation mode")
+    return best
+
+
+def _tesseract(png: bytes, config: OcrConfig, psm: int, *, label: str, gray) -> OcrPage:
+    """One ``tesseract`` run in page segmentation mode ``psm``."""
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}  # workers give the parallelism
     try:
-        out = subprocess.run(["tesseract", "stdin", "stdout", "-l", config.languages, "tsv"],
+        out = subprocess.run(["tesseract", "stdin", "stdout", "-l", config.languages,
+                              "--psm", str(psm), "tsv"],
                              input=png, capture_output=True, timeout=config.page_timeout_s,
                              env=env, check=False)
     except subprocess.TimeoutExpired as exc:
@@ -189,13 +238,17 @@ def ocr_png(png: bytes, config: OcrConfig, *, label: str) -> OcrPage:
     if out.returncode != 0:
         detail = " ".join(out.stderr.decode("utf-8", "replace").split())[:200]
         raise ConversionError(f"{label}: tesseract failed (status {out.returncode}: {detail})")
-    return parse_tsv(out.stdout.decode("utf-8", "replace"))
+    text, confidence, boxes = parse_tsv(out.stdout.decode("utf-8", "replace"))
+    coverage = 1.0 if gray is None else round(ink_coverage(gray, boxes), 3)
+    return OcrPage(text, confidence, coverage)
 
 
-def parse_tsv(tsv: str) -> OcrPage:
-    """Tesseract's TSV (one row per word, with block, paragraph and line numbers) as text."""
+def parse_tsv(tsv: str) -> tuple[str, float, list[Box]]:
+    """Tesseract's TSV (one row per word, with block, paragraph and line numbers) as text,
+    the mean word confidence and the words' boxes."""
     paragraphs: dict[tuple[str, str], dict[str, list[str]]] = {}
     confidences: list[tuple[float, int]] = []
+    boxes: list[Box] = []
     for row in csv.DictReader(io.StringIO(tsv), delimiter="\t", quoting=csv.QUOTE_NONE):
         word = (row.get("text") or "").strip()
         if row.get("level") != "5" or not word:
@@ -205,10 +258,18 @@ def parse_tsv(tsv: str) -> OcrPage:
         conf = float(row.get("conf") or -1)
         if conf >= 0:
             confidences.append((conf, len(word)))
+        boxes.append(_box(row))
     texts = [_join([_join(words) for words in lines.values()]) for lines in paragraphs.values()]
     weight = sum(n for _, n in confidences)
     mean = sum(c * n for c, n in confidences) / weight if weight else 0.0
-    return OcrPage("\n\n".join(t for t in texts if t), round(mean, 1))
+    return "\n\n".join(t for t in texts if t), round(mean, 1), boxes
+
+
+def _box(row: dict[str, str]) -> Box:
+    try:
+        return int(row["left"]), int(row["top"]), int(row["width"]), int(row["height"])
+    except (KeyError, TypeError, ValueError):
+        return 0, 0, 0, 0  # a row without a box covers nothing
 
 
 def _join(parts: list[str]) -> str:
@@ -231,8 +292,9 @@ def ocr_page(page, config: OcrConfig, *, label: str, zoom: float | None = None) 
         scale *= (MAX_PIXELS / area) ** 0.5
     if _page_hook is not None:
         _page_hook(config.page_timeout_s + 30.0)  # + rendering and parsing
-    pix = page.get_pixmap(matrix=pymupdf.Matrix(scale, scale), colorspace=pymupdf.csGRAY)
-    return ocr_png(pix.tobytes("png"), config, label=label)
+    pix = page.get_pixmap(matrix=pymupdf.Matrix(scale, scale), colorspace=pymupdf.csGRAY, alpha=False)
+    gray = gray_pixels(pix.samples, pix.width, pix.height, pix.stride)
+    return ocr_png(pix.tobytes("png"), config, label=label, gray=gray)
 
 
 def read_scanned_pages(doc, pages: list[str], numbers: list[int], config: OcrConfig, *,
@@ -240,7 +302,8 @@ def read_scanned_pages(doc, pages: list[str], numbers: list[int], config: OcrCon
     """OCR the 1-based page ``numbers`` of an open PyMuPDF document into ``pages``.
 
     Does nothing when OCR is off. A page that fails or times out keeps its empty text
-    and is named in ``warnings``: one bad page never costs the document.
+    and is named in ``warnings``: one bad page never costs the document. So is a page whose
+    words cover much less than its ink (:func:`~kbsync.convert.ocr_coverage.coverage_warning`).
 
     Returns:
         Page number -> mean word confidence, for each page OCR found text on.
@@ -248,6 +311,7 @@ def read_scanned_pages(doc, pages: list[str], numbers: list[int], config: OcrCon
     if not config.enabled or not numbers:
         return {}
     found: dict[int, float] = {}
+    coverage: dict[int, float] = {}
     failed: list[str] = []
     for number in numbers:
         try:
@@ -256,12 +320,20 @@ def read_scanned_pages(doc, pages: list[str], numbers: list[int], config: OcrCon
             logger.warning("%s", exc)
             failed.append(f"page {number}: {str(exc).rsplit(': ', 1)[-1]}")
             continue
+        coverage[number] = page.coverage
         if page.text:
             pages[number - 1] = page.text
             found[number] = page.confidence
     if failed:
         warnings.append(f"OCR failed on {len(failed)} page(s): {'; '.join(failed[:5])}")
+    _warn_coverage(coverage, warnings)
     return found
+
+
+def _warn_coverage(coverage: dict[int, float], warnings: list[str]) -> None:
+    warning = coverage_warning(coverage)
+    if warning is not None:
+        warnings.append(warning)
 
 
 def scan_message(name: str, page_count: int, config: OcrConfig) -> str:
@@ -305,6 +377,7 @@ def convert_image(data: bytes, *, ext: str, name: str, config: OcrConfig) -> Ext
     finally:
         doc.close()
     pages = [found[n].text if n in found else "" for n in numbers]
+    _warn_coverage({n: p.coverage for n, p in found.items()}, warnings)
     if not any(p.strip() for p in pages):
         raise EmptyDocument(f"{name}: OCR found no text in the image")
     markdown, offsets = join_pages(pages)
