@@ -88,6 +88,12 @@ def check_collection(settings: Settings, namespace: str, create: bool) -> str | 
     return steps.check_collection(runtime_for(settings), namespace, create)
 
 
+@task(name="seal-store", **COMMON)
+def seal_store(settings: Settings) -> dict:
+    """Seal the embedded store's full appendable segments (:func:`kbsync.ingest.steps.seal_store`)."""
+    return steps.seal_store(runtime_for(settings))
+
+
 @task(name="plan", **COMMON)
 def plan(settings: Settings, root, namespace: str, mode, force: bool, include, exclude, guard):
     """Discover a root and diff it against the stored state (writes nothing)."""
@@ -131,7 +137,7 @@ TASK_OF: dict[Callable, Task] = {
     steps.check_identity: check_identity, steps.preflight: preflight,
     steps.record_identity: record_identity, steps.check_collection: check_collection,
     steps.plan: plan, steps.batch: batch, steps.heal: heal, steps.finish_root: finish_root,
-    steps.prepare: prepare, steps.write: write,
+    steps.prepare: prepare, steps.write: write, steps.seal_store: seal_store,
 }
 """The task that runs each step the runner hands a Prefect executor (``add_text`` runs in
 process only)."""
