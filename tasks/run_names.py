@@ -9,7 +9,7 @@ touches a disk or raises for a bad root (the run's own checks report that).
 - ``ingest``: ``DEPLOYMENT: ROOTS MODE [dry-run]`` (``nightly-sync: docs,wiki
   incremental``; a run from the CLI or a plain call is ``ingest: ...``);
 - ``evaluate``: ``DEPLOYMENT: NAMESPACE MODES`` (``nightly-eval: default hybrid``);
-- ``rebuild``: ``DEPLOYMENT: NAMESPACES [dry-run]``.
+- ``rebuild``: ``DEPLOYMENT: NAMESPACE BUILD`` (``rebuild: default chunk_tokens=200``).
 """
 
 from __future__ import annotations
@@ -73,11 +73,11 @@ def evaluate_name(params: dict[str, Any], prefix: str = "evaluate") -> str:
 
 
 def rebuild_name(params: dict[str, Any], prefix: str = "rebuild") -> str:
-    """``PREFIX: NAMESPACES[ dry-run]`` for the ``rebuild`` flow's parameters."""
-    spaces = params.get("namespaces") or params.get("namespace") or "all"
-    spaces = _joined(spaces) if isinstance(spaces, (list, tuple)) else spaces
-    dry = " dry-run" if params.get("dry_run") else ""
-    return _name(f"{prefix}: {spaces}{dry}")
+    """``PREFIX: NAMESPACE KEY=VALUE ...`` (the requested build settings) for the ``rebuild``
+    flow's parameters."""
+    build = params.get("build") or {}
+    said = " ".join(f"{key}={value}" for key, value in sorted(build.items())) or "same settings"
+    return _name(f"{prefix}: {params.get('namespace', 'default')} {said}")
 
 
 def ingest_run_name() -> str:

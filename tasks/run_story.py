@@ -83,7 +83,8 @@ def refusal_markdown(kind: str, message: str, namespace: str, dry_run: bool,
              f"**{kind}**: {_one_line(message)}", "",
              "Nothing after this point ran. What to do: docs/OPERATIONS.md, section "
              "\"When a run failed\", the row for this error.", ""]
-    if counts and "namespace" in counts:
+    if counts and "namespace" in counts and any(
+            counts.get(f) for f in ("files_seen", "deleted", "failed")):  # all zero: noise
         lines += ["## What it did before it stopped", "",
                   summary_markdown(counts).split("\n", 2)[2]]
     return "\n".join(lines) + "\n"

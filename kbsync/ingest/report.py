@@ -44,8 +44,11 @@ def summary_markdown(summary: dict) -> str:
              "| metric | value |", "|---|---|"]
     lines += [f"| {name} | {summary[name]} |" for name in shown_fields(summary)]
     if summary["failures"]:
-        key = artifact_key("kbsync-ingest-failures", summary["namespace"])
-        lines += ["", "## Failures", "", f"All of them, with paths: the table artifact `{key}`.",
+        prefix = "kbsync-dry-run" if summary["dry_run"] else "kbsync-ingest"
+        key = artifact_key(f"{prefix}-failures", summary["namespace"])
+        # A link the Prefect UI resolves on its own origin (its route /artifacts/key/KEY).
+        lines += ["", "## Failures", "", f"All of them, with paths: the table artifact "
+                  f"[`{key}`](/artifacts/key/{key}).",
                   "", "| doc_id | error | message |", "|---|---|---|"]
         lines += [f"| {_cell(f['doc_id'])} | {f['error']} | {_cell(short_message(f))} |"
                   for f in summary["failures"][:200]]

@@ -180,3 +180,24 @@ def test_a_sync_with_failed_files_still_emits_the_event_that_starts_evaluation(
     assert event["payload"]["failed"] == 1 and event["payload"]["namespace"] == "story-event"
     related = {(r["prefect.resource.role"], r.get("prefect.resource.name")) for r in event["related"]}
     assert ("flow", "ingest") in related, related
+
+
+def test_the_summary_links_its_failures_table():
+    from kbsync.ingest.report import summary_markdown
+    from kbsync.ingest.summary import IngestSummary
+
+    summary = IngestSummary(run_id="r", namespace="ns", collection="c", mode="full",
+                            dry_run=True).to_dict()
+    summary.update(failed=1, files_seen=1, failures=[
+        {"path": "/s/a.md", "doc_id": "s/a.md", "error": "EmptyDocument", "message": "empty"}])
+    text = summary_markdown(summary)
+    assert "[`kbsync-dry-run-failures-ns`](/artifacts/key/kbsync-dry-run-failures-ns)" in text
+
+
+def test_evaluate_and_rebuild_names():
+    from tasks.run_names import evaluate_name, rebuild_name
+
+    assert evaluate_name({"namespace": "kb", "modes": ["hybrid", "dense"]}) == \
+        "evaluate: kb hybrid,dense"
+    assert rebuild_name({"namespace": "kb", "build": {"embed_model": "e5", "chunk_tokens": 200}},
+                        "rebuild") == "rebuild: kb chunk_tokens=200 embed_model=e5"

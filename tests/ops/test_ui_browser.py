@@ -17,12 +17,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kbsync.ingest.report import artifact_key
-from opskit import Stack, cli, deployed_stack, make_share, run_id_of
+from opskit import ROOT, Stack, cli, deployed_stack, make_share, run_id_of
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NAMESPACE = "ui"
@@ -40,7 +41,7 @@ def stack(tmp_path_factory):
         yield stack
 
 
-def _reindex(stack: Stack, share: Path) -> tuple[int, str]:
+def _reindex(stack: Stack, share: Path | str) -> tuple[int, str]:
     done = cli(stack, "deployment", "run", "ingest/ci-reindex", "--param",
                f"roots={json.dumps([str(share)])}", "--param", f"namespace={NAMESPACE}",
                "--watch", "--watch-timeout", "180", timeout=240)
@@ -53,14 +54,14 @@ def _text(dom: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
 
 
-def _render(url: str, shot: Path, *needles: str) -> str:
+def _render(url: str, shot: Path, *needles: str, height: int = 1000) -> str:
     """Load ``url`` in headless Chromium; screenshot it to ``shot``; return the page's text.
 
     Tries three times until every needle shows: under load the SPA may still be fetching
     when the virtual-time budget ends.
     """
     args = [CHROMIUM, "--headless=new", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-            f"--user-data-dir={shot.parent / 'chromium-profile'}", "--window-size=1400,1000",
+            f"--user-data-dir={shot.parent / 'chromium-profile'}", f"--window-size=1400,{height}",
             f"--virtual-time-budget={BUDGET_MS}", f"--screenshot={shot}", "--dump-dom", url]
     if os.geteuid() == 0:  # Chromium refuses to run its sandbox as root
         args.insert(1, "--no-sandbox")
@@ -80,9 +81,11 @@ def _render(url: str, shot: Path, *needles: str) -> str:
 
 def test_failed_and_clean_runs_as_the_operator_sees_them(stack, tmp_path):
     share = make_share(stack.tmp / "share", {"good.md": "# Good\n\nFine text.\n",
+                                             "empty.md": "",
                                              "broken.pdf": b"%PDF-1.7\n" + os.urandom(600)})
     failed_code, failed_id = _reindex(stack, share)
     (share / "broken.pdf").unlink()
+    (share / "empty.md").write_text("# Now\n\nSome text.\n")
     clean_code, clean_id = _reindex(stack, share)
     assert (failed_code, clean_code) == (1, 0)
     key = artifact_key("kbsync-ingest-failures", NAMESPACE)
@@ -93,12 +96,23 @@ def test_failed_and_clean_runs_as_the_operator_sees_them(stack, tmp_path):
     # The run's page: the Failed badge, and the state message (Details tab) gives the count.
     page = _render(f"{ui}/runs/flow-run/{failed_id}?tab=Details", tmp_path / "failed-run.png",
                    "State Message", "files failed")
-    assert "Failed" in page and "State Message 1 of 2 files failed" in page, page
+    assert "Failed" in page and "State Message 2 of 3 files failed" in page, page
+    # Named after what it ran, not at random.
+    assert "ci-reindex: share incremental" in page, page
+
+    # Its log (the page's first tab) names each failed file at WARNING: the UI's "Warning and
+    # above" filter shows these lines, and no traceback.
+    page = _render(f"{ui}/runs/flow-run/{failed_id}", tmp_path / "failed-run-log.png",
+                   "failed share/broken.pdf", "Finished in state Failed", height=2200)
+    assert "failed share/broken.pdf: CorruptDocument: not a readable PDF" in page, page
+    assert "failed share/empty.md: EmptyDocument: file is empty" in page, page
+    assert re.search(r"WARNING[^A-Z]*failed share/", page, re.IGNORECASE), page
+    assert "Traceback" not in page and "stop_flow_watch" not in page, page
 
     # The failures table of that run names the corrupt file and why.
     page = _render(f"{ui}/artifacts/artifact/{failures[failed_id]}",
                    tmp_path / "failed-run-failures.png", "CorruptDocument")
-    assert key in page and "1 Item" in page, page
+    assert key in page and "2 Items" in page, page
     assert "share/broken.pdf" in page and "CorruptDocument" in page, page
 
     # The clean run wrote the same key again, with an empty table.
@@ -106,3 +120,73 @@ def test_failed_and_clean_runs_as_the_operator_sees_them(stack, tmp_path):
                    tmp_path / "clean-run-failures.png", "0 Items")
     assert key in page and "0 Items" in page and "No results" in page, page
     assert "broken.pdf" not in page and "CorruptDocument" not in page, page
+
+
+def test_a_refusal_reads_as_one_line_not_a_crash(stack, tmp_path):
+    """A root name bound to another folder: ``RootConflict``, before anything is written."""
+    bound = make_share(stack.tmp / "manuals", {"a.md": "# A\n\nText.\n"})
+    other = make_share(stack.tmp / "elsewhere", {"b.md": "# B\n\nText.\n"})
+    assert _reindex(stack, bound)[0] == 0
+    code, run_id = _reindex(stack, f"manuals={other}")
+    assert code == 1
+    ui = stack.api.removesuffix("/api")
+    page = _render(f"{ui}/runs/flow-run/{run_id}", tmp_path / "refused-run-log.png",
+                   "RootConflict", "Finished in state Failed", height=2200)
+    assert "RootConflict" in page and "is bound to" in page, page
+    assert "Traceback" not in page and 'File "' not in page, page
+    assert "Engine execution exited" not in page, page
+    summary = {a["key"]: a for a in stack.artifacts([run_id])}[
+        artifact_key("kbsync-ingest", NAMESPACE)]
+    page = _render(f"{ui}/artifacts/artifact/{summary['id']}", tmp_path / "refused-summary.png",
+                   "stopped: RootConflict")
+    assert "stopped: RootConflict" in page and "When a run failed" in page, page
+
+
+EVALUATE = """
+import sys
+from flows.evaluate import evaluate
+state = evaluate(queries_file=sys.argv[1], namespace="default", report_dir=sys.argv[2],
+                 return_state=True)
+print(state.state_details.flow_run_id)
+"""
+
+
+def test_the_evaluation_trend_and_drops_render_inline(stack, tmp_path):
+    """data/sample synced by the deployment, then evaluated twice (as the nightly does) against
+    the same server; the second run against a better baseline run: the trend and the drops
+    tables of its summary render in the UI."""
+    sys.path.insert(0, str(ROOT / "tests" / "flows"))
+    from test_eval_story import _worse_baseline
+
+    sample = stack.tmp / "sample"
+    shutil.copytree(ROOT / "data" / "sample", sample)
+    done = cli(stack, "deployment", "run", "ingest/ci-reindex", "--param",
+               f"roots={json.dumps([str(sample)])}", "--param", "namespace=default",
+               "--watch", "--watch-timeout", "180", timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = tmp_path / "reports"
+    queries = str(ROOT / "data" / "eval" / "sample_queries.jsonl")
+
+    def evaluate() -> str:
+        ran = subprocess.run([sys.executable, "-c", EVALUATE, queries, str(reports)], cwd=ROOT,
+                             env=stack.worker_env, capture_output=True, text=True, timeout=300)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        return ran.stdout.strip().splitlines()[-1]
+
+    first = evaluate()
+    (run,) = [p.name for p in reports.iterdir() if p.is_dir()]
+    _worse_baseline(reports, run)
+    second = evaluate()
+    assert stack.state(first) == "Completed" and stack.state(second) == "Failed"
+    summary = {a["key"]: a for a in stack.artifacts([second])}[
+        artifact_key("kbsync-eval-summary", "default")]
+    ui = stack.api.removesuffix("/api")
+    page = _render(f"{ui}/artifacts/artifact/{summary['id']}", tmp_path / "eval-trend.png",
+                   "trend", "Biggest per-query drops", height=2400)
+    assert "ndcg@10 trend, last 3 runs" in page and "FAILED" in page, page
+    assert "better-run" in page and "1.000" in page, page
+    assert "Biggest per-query drops of ndcg@10 against the baseline" in page, page
+    assert "first relevant rank" in page, page
+    page = _render(f"{ui}/runs/flow-run/{second}?tab=Details", tmp_path / "eval-run.png",
+                   "State Message")
+    assert "evaluate: default hybrid" in page and "retrieval regression" in page, page
