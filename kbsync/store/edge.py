@@ -292,8 +292,12 @@ class EdgeStore:
     def search(
         self, name: str, vector: Sequence[float], *, limit: int,
         flt: Filter | None = None, score_threshold: float | None = None,
+        with_payload: bool = True,
     ) -> list[ScoredPoint]:
         """Nearest points by cosine similarity, best first ([] when the collection is missing).
+
+        ``with_payload=False``: hits with empty payloads (fuse on ids and scores, then
+        :meth:`payloads` of the few kept).
 
         Raises:
             DimensionMismatch, InvalidVector: a bad query vector.
@@ -306,15 +310,18 @@ class EdgeStore:
             return []
         query = cv.check_query(vector, handle.dimension)
         request = eq.dense_request(query, limit=limit, edge_filter=edge_filter,
-                                   score_threshold=threshold, params=es.search_params())
+                                   score_threshold=threshold, params=es.search_params(),
+                                   with_payload=with_payload)
         with handle.lock, _errors("search", name):
             hits = handle.shard.query(request)
         return eq.to_scored(hits)
 
     def sparse_search(
         self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
+        with_payload: bool = True,
     ) -> list[ScoredPoint]:
-        """Points by BM25 score ``sum(idf * weight)``, best first ([] when missing).
+        """Points by BM25 score ``sum(idf * weight)``, best first ([] when missing;
+        ``with_payload`` as in :meth:`search`).
 
         Raises:
             StoreError: the collection has no sparse vector.
@@ -325,7 +332,8 @@ class EdgeStore:
         handle = self._sparse_handle(name)
         if handle is None or not query.indices:
             return []
-        request = eq.sparse_request(query, limit=limit, edge_filter=to_edge_filter(flt))
+        request = eq.sparse_request(query, limit=limit, edge_filter=to_edge_filter(flt),
+                                    with_payload=with_payload)
         with handle.lock, _errors("sparse search", name):
             return eq.to_scored(handle.shard.query(request))
 
@@ -350,6 +358,16 @@ class EdgeStore:
                                     params=es.search_params())
         with handle.lock, _errors("hybrid search", name):
             return eq.to_scored(handle.shard.query(request))
+
+    def payloads(self, name: str, ids: Sequence[str]) -> dict[str, dict]:
+        """The payloads of the points ``ids`` that exist, by id (``{}`` when missing)."""
+        checked = cv.check_ids(ids)
+        handle = self._get(name)
+        if handle is None or not checked:
+            return {}
+        with handle.lock, _errors("retrieve", name):
+            records = handle.shard.retrieve(list(checked), with_payload=True, with_vector=False)
+        return {str(rec.id): rec.payload or {} for rec in records}
 
     def _sparse_handle(self, name: str) -> _Shard | None:
         handle = self._get(name)

@@ -168,11 +168,12 @@ def no_sparse_error(name: str) -> StoreError:
     )
 
 
-def sparse_request(sparse: SparseVec, *, limit: int, edge_filter: Any) -> Any:
+def sparse_request(sparse: SparseVec, *, limit: int, edge_filter: Any,
+                   with_payload: bool = True) -> Any:
     """A sparse-only query request."""
     query = qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE)
-    return qe.QueryRequest(limit=limit, query=query, filter=edge_filter, with_payload=True,
-                           with_vector=False)
+    return qe.QueryRequest(limit=limit, query=query, filter=edge_filter,
+                           with_payload=with_payload, with_vector=False)
 
 
 def dense_request(dense: Sequence[float], *, limit: int, edge_filter: Any,
