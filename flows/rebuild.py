@@ -92,7 +92,7 @@ def rebuild(
             store = runtime_for(shadow).store  # opened first: it serves readers meanwhile
             live = rb.live_settings(active.resolve(target, store, warn=False), store)
             plan = rb.plan_rebuild(target, live, shadow_name, store, record)
-            t.check_before_build(plan, queries, live, shadow, namespace=namespace)
+            plan = t.check_before_build(plan, queries, live, shadow, namespace=namespace)
             plan = t.prepare_shadow(plan, shadow, run_id)
             logger.info("rebuild %s: live %s, shadow %s%s, roots %s", plan.logical, plan.live,
                         plan.shadow, " (resumed)" if plan.resumed else "", plan.roots)
