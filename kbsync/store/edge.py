@@ -39,7 +39,7 @@ import qdrant_edge as qe
 
 from kbsync import home
 from kbsync.store import diskspace
-from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
+from kbsync.errors import (DimensionMismatch, DiskFull, KbsyncError, StoreDrift, StoreError,
                            StoreFailure, StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store import edge_query as eq
@@ -214,7 +214,7 @@ class EdgeStore:
             with handle.lock:
                 with _errors("upsert", name):
                     handle.shard.update(qe.UpdateOperation.upsert_points(batch))
-                es.after_upsert(handle, name, len(batch), _FLUSH_EVERY)
+                es.after_upsert(handle, name, self._folder(name), len(batch), _FLUSH_EVERY)
 
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids and a missing collection are ignored."""
@@ -389,7 +389,11 @@ class EdgeStore:
         with handle.lock:
             with _errors("seal", name):
                 before = int(handle.shard.info().indexed_vectors_count)
-            seconds = es.seal(handle, name)
+            try:
+                seconds = es.seal(handle, name, self._folder(name))
+            except DiskFull as exc:  # the writes' own room checks stop a run on a full disk
+                log.warning("edge collection %s: seal postponed: %s", name, exc)
+                return {"points": 0, "seconds": 0.0}
             with _errors("seal", name):
                 sealed = int(handle.shard.info().indexed_vectors_count) - before
         return {"points": max(0, sealed), "seconds": round(seconds, 3) if sealed > 0 else 0.0}

@@ -48,6 +48,31 @@ def _expected_sizes(segment: Path) -> list[tuple[str, int]]:
     return expected
 
 
+SEAL_FACTOR = 2
+"""A seal writes a copy of the appendable segment (vectors, payloads, ids, indexes) plus the
+quantized vectors and a fresh appendable segment: budget twice the allocated bytes."""
+SEAL_FLOOR = 48 * 2**20  # the fresh appendable segment's preallocated files (tmpfs: real pages)
+
+
+def is_appendable(segment: Path) -> bool:
+    """Whether ``segment``'s dense vectors are appendable (``ChunkedMmap``) storage."""
+    try:
+        config = json.loads((segment / "segment.json").read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return any(p.get("storage_type") == "ChunkedMmap"
+               for p in (config.get("vector_data") or {}).values())
+
+
+def seal_need(folder: Path) -> int:
+    """Bytes a seal of the shard at ``folder`` may write (see :data:`SEAL_FACTOR`)."""
+    allocated = 0
+    for segment in (folder / "segments").glob("*/"):
+        if is_appendable(segment):
+            allocated += sum(f.stat().st_blocks * 512 for f in segment.rglob("*") if f.is_file())
+    return SEAL_FACTOR * allocated + SEAL_FLOOR
+
+
 def short_files(folder: Path) -> list[str]:
     """``segment/file (has N of M bytes)`` for every sealed-segment file cut short."""
     found = []

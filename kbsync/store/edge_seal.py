@@ -38,7 +38,9 @@ import qdrant_edge as qe
 
 from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store.base import DENSE, SPARSE
-from kbsync.store.edge_check import require_whole_segments
+from kbsync.errors import DiskFull
+from kbsync.store import diskspace
+from kbsync.store.edge_check import require_whole_segments, seal_need
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
 
 log = logging.getLogger(__name__)
@@ -133,14 +135,19 @@ def unsealed_points(shard: Any) -> int:
     return max(0, int(info.points_count) - int(info.indexed_vectors_count))
 
 
-def seal(handle: Shard, name: str) -> float:
+def seal(handle: Shard, name: str, folder: Path) -> float:
     """Flush, then seal the appendable segment if it is full; call under ``handle.lock``.
 
     The flush first: a seal starts from flushed segments, so a kill during the seal
-    loses nothing (the engine drops a half-built segment on the next load and the WAL
-    is already truncated to what the segments hold). Returns the seconds spent.
+    loses nothing (the half-built segment is dropped on the next open,
+    :func:`drop_half_built`). Returns the seconds spent.
+
+    Raises:
+        DiskFull: less free space under ``folder`` than the seal may write (the engine
+            writes mapped files: on a full disk it would die of SIGBUS); nothing is sealed.
     """
     started = time.perf_counter()
+    diskspace.require(folder, need=seal_need(folder), what=f"sealing a segment of {name!r}")
     with _errors("seal", name):
         handle.shard.flush()
         handle.unflushed = 0
@@ -152,13 +159,21 @@ def seal(handle: Shard, name: str) -> float:
     return took
 
 
-def after_upsert(handle: Shard, name: str, points: int, flush_every: int) -> None:
-    """Count ``points`` written; flush or seal when due. Call under ``handle.lock``."""
+def after_upsert(handle: Shard, name: str, folder: Path, points: int, flush_every: int) -> None:
+    """Count ``points`` written; flush or seal when due. Call under ``handle.lock``.
+
+    A seal refused for disk space is left for a later write (logged): the points are
+    written and searchable unsealed; the writes' own room checks stop the run on a full disk.
+    """
     handle.unflushed += points
     handle.unsealed += points
     if handle.unsealed >= SEAL_EVERY:
-        seal(handle, name)
-    elif handle.unflushed >= flush_every:
+        try:
+            seal(handle, name, folder)
+            return
+        except DiskFull as exc:
+            log.warning("edge collection %s: seal postponed: %s", name, exc)
+    if handle.unflushed >= flush_every:
         with _errors("flush", name):
             handle.shard.flush()
         handle.unflushed = 0
