@@ -122,7 +122,7 @@ def make_dir(path: Path, access: HomeAccess | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     for folder in reversed(missing):
         try:
-            if access.shared:
+            if access.gid is not None:  # shared: the folder takes the group
                 os.chown(folder, -1, access.gid)
             os.chmod(folder, access.dir_mode)
         except FileNotFoundError:  # removed meanwhile by someone else: nothing to set

@@ -55,7 +55,9 @@ def _body(message: EmailMessage, name: str, warnings: list[str]) -> str:
     part = message.get_body(preferencelist=("plain", "html"))
     if part is None:
         return ""
-    raw = part.get_payload(decode=True) or b""
+    payload = part.get_payload(decode=True)
+    # decode=True gives the transfer-decoded bytes of a leaf part (None when absent)
+    raw = payload if isinstance(payload, bytes) else b""
     charset = part.get_content_charset()
     text = _decoded(raw, charset, name, warnings)
     if part.get_content_subtype() == "html":

@@ -51,7 +51,7 @@ def attach(exc: BaseException, summary, *, started: float | None = None) -> None
         pass
 
 
-def counts_of(exc: BaseException) -> dict | None:
+def counts_of(exc: BaseException | None) -> dict | None:
     """The counts attached by :func:`keep_counts`, or ``None``.
 
     An exception raised while another one carrying counts was handled (SIGTERM's, raised
