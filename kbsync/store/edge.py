@@ -39,7 +39,7 @@ import qdrant_edge as qe
 
 from kbsync import home
 from kbsync.store import diskspace
-from kbsync.errors import (DimensionMismatch, DiskFull, KbsyncError, StoreDrift, StoreError,
+from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
                            StoreFailure, StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store import edge_query as eq
@@ -387,16 +387,7 @@ class EdgeStore:
         if handle is None:
             return {"points": 0, "seconds": 0.0}
         with handle.lock:
-            with _errors("seal", name):
-                before = int(handle.shard.info().indexed_vectors_count)
-            try:
-                seconds = es.seal(handle, name, self._folder(name))
-            except DiskFull as exc:  # the writes' own room checks stop a run on a full disk
-                log.warning("edge collection %s: seal postponed: %s", name, exc)
-                return {"points": 0, "seconds": 0.0}
-            with _errors("seal", name):
-                sealed = int(handle.shard.info().indexed_vectors_count) - before
-        return {"points": max(0, sealed), "seconds": round(seconds, 3) if sealed > 0 else 0.0}
+            return es.seal_reported(handle, name, self._folder(name))
 
     def optimize(self, name: str | None = None) -> bool:
         """Vacuum deleted points, merge and seal segments (all open collections when ``name``

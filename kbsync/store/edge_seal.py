@@ -159,6 +159,22 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
     return took
 
 
+def seal_reported(handle: Shard, name: str, folder: Path) -> dict:
+    """:func:`seal` as ``EdgeStore.seal`` reports it: ``{"points": sealed, "seconds": spent}``
+    (points counted by the engine's sealed vectors); a seal without disk room is postponed
+    (logged; the writes' own room checks stop a run on a full disk). Under ``handle.lock``."""
+    with _errors("seal", name):
+        before = int(handle.shard.info().indexed_vectors_count)
+    try:
+        seconds = seal(handle, name, folder)
+    except DiskFull as exc:
+        log.warning("edge collection %s: seal postponed: %s", name, exc)
+        return {"points": 0, "seconds": 0.0}
+    with _errors("seal", name):
+        sealed = int(handle.shard.info().indexed_vectors_count) - before
+    return {"points": max(0, sealed), "seconds": round(seconds, 3) if sealed > 0 else 0.0}
+
+
 def after_upsert(handle: Shard, name: str, folder: Path, points: int, flush_every: int) -> None:
     """Count ``points`` written; flush or seal when due. Call under ``handle.lock``.
 
