@@ -15,7 +15,7 @@ import time
 from contextlib import ExitStack, nullcontext
 from typing import Annotated, Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, tags
 from prefect.runtime import flow_run
 from prefect.states import Completed
 from pydantic import Field
@@ -33,6 +33,7 @@ from kbsync.settings import Settings
 from tasks import rebuild_tasks as t
 from tasks.locking import run_lock
 from tasks.resources import release, runtime_for
+from tasks.run_names import rebuild_run_name
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
 
@@ -53,7 +54,7 @@ class _Unlocked(PrefectExecutor):
         return nullcontext()
 
 
-@flow(name="rebuild", log_prints=False, validate_parameters=True, **FLOW_HOOKS)
+@flow(name="rebuild", flow_run_name=rebuild_run_name, log_prints=False, validate_parameters=True, **FLOW_HOOKS)
 def rebuild(
     queries_file: Annotated[str, Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
@@ -98,7 +99,8 @@ def rebuild(
                         plan.shadow, " (resumed)" if plan.resumed else "", plan.roots)
             whole = not target.qdrant_url
             mark = time.perf_counter()
-            builds = _ingest_all(plan, _Unlocked(shadow) if whole else _Shadow(shadow), run_id)
+            builds = _ingest_all(plan, _Unlocked(shadow) if whole else _Shadow(shadow), run_id,
+                                 "shadow")
             timings["build_s"] = round(time.perf_counter() - mark, 3)
             mark = time.perf_counter()
             evals = {which: t.evaluate_collection(queries, specs, which, live, shadow,
@@ -109,7 +111,7 @@ def rebuild(
             # Syncs of the live collection wait from here on (on the embedded store they
             # have waited since the start: _whole_rebuild_lock).
             with nullcontext() if whole else _live_locks(live, plan):
-                replay = _ingest_all(plan, _Unlocked(shadow), run_id)
+                replay = _ingest_all(plan, _Unlocked(shadow), run_id, "replay")
                 state = t.state_check(plan, live, shadow)
                 decision = rb.decide(evals["live"], evals["shadow"], max_drop=max_drop,
                                      state=state)
@@ -143,13 +145,19 @@ def _checked_build(build: dict[str, Any] | None) -> dict[str, Any]:
     return dict(build or {})
 
 
-def _ingest_all(plan: rb.RebuildPlan, executor: PrefectExecutor, run_id: str) -> dict:
-    """A full-mode ingest of every bound root into the shadow, per namespace (summaries)."""
+def _ingest_all(plan: rb.RebuildPlan, executor: PrefectExecutor, run_id: str,
+                tag: str) -> dict:
+    """A full-mode ingest of every bound root into the shadow, per namespace (summaries).
+
+    Its ``ingest-root-*`` subflows carry ``tag`` (``shadow``: the build; ``replay``: the
+    changes synced after it) and ``namespace:NS``, so the UI tells them from live syncs.
+    """
     out = {}
     for ns in plan.roots:
         request = IngestRequest(roots=tuple(plan.root_specs(ns)), namespace=ns,
                                 mode=SyncMode.FULL, run_id=run_id)
-        out[ns] = run_ingest(request, executor).to_dict()
+        with tags(tag, f"namespace:{ns}"):
+            out[ns] = run_ingest(request, executor).to_dict()
     return out
 
 

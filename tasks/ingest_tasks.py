@@ -23,6 +23,7 @@ from kbsync.ingest.stages import StageResult
 from kbsync.settings import Settings
 from kbsync.text.chunk import ChunkConfig
 from tasks.resources import runtime_for, worker_runtime_for
+from tasks.run_story import escape_controls
 
 
 def _transient(task, task_run, state) -> bool:
@@ -50,17 +51,24 @@ def _retry(step: Callable) -> dict[str, Any]:
     return dict(retries=retries, retry_delay_seconds=delay, retry_condition_fn=_transient)
 
 
+NAMED = 5
+"""Failed files a batch's state message names (the failures table lists all)."""
+
+
 def _marked(result: StageResult | list[StageResult]) -> Any:
     """A batch with failed files ends in a named state the run graph shows.
 
     No tags on these tasks: Prefect asks the server for a concurrency slot per tag for
     every tagged task run, which cost 1-2 s per batch under load (measured).
     """
-    failed = sum(len(r.failures) for r in (result if isinstance(result, list) else [result]))
-    if not failed:
+    failures = [f for r in (result if isinstance(result, list) else [result]) for f in r.failures]
+    if not failures:
         return result
+    # The task page shows the message: it names the files (the first few), as the run's log does.
+    named = ", ".join(f"{escape_controls(f.doc_id)} ({f.error})" for f in failures[:NAMED])
+    more = f", and {len(failures) - NAMED} more" if len(failures) > NAMED else ""
     return Completed(data=result, name="Completed with failures",
-                     message=f"{failed} files failed in this batch")
+                     message=f"{len(failures)} files failed in this batch: {named}{more}")
 
 
 @task(name="check-identity", **COMMON)

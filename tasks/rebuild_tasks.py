@@ -23,6 +23,7 @@ from kbsync.eval import run as ev
 from kbsync.ingest.report import artifact_key
 from kbsync.ingest.state import StateStore
 from kbsync.settings import Settings
+from tasks.rebuild_story import rebuild_markdown
 from tasks.resources import runtime_for
 
 COMMON = dict(cache_policy=NONE, persist_result=False)
@@ -86,7 +87,7 @@ def evaluate_collection(queries: list[ev.EvalQuery], specs: list[ev.ModeSpec], w
     return data
 
 
-@task(name="check-before-build", **COMMON)
+@task(name="check-before-build", task_run_name="check-before-build", **COMMON)
 def check_before_build(plan: rb.RebuildPlan, queries: list[ev.EvalQuery], live: Settings,
                        shadow: Settings, *, namespace: str) -> rb.RebuildPlan:
     """Refuse before anything is built: a gate that can measure nothing, a root whose share
@@ -115,25 +116,25 @@ def _fingerprint_of(settings: Settings, runtime: Runtime) -> str:
                    service=service, chunk_config=config).fingerprint
 
 
-@task(name="prepare-shadow", **COMMON)
+@task(name="prepare-shadow", task_run_name="prepare-shadow", **COMMON)
 def prepare_shadow(plan: rb.RebuildPlan, shadow: Settings, run_id: str) -> rb.RebuildPlan:
     """Resume or discard a leftover shadow; record the build settings in it."""
     return rb.prepare_shadow(plan, runtime_for(shadow).store, run_id=run_id)
 
 
-@task(name="state-check", **COMMON)
+@task(name="state-check", task_run_name="state-check", **COMMON)
 def state_check(plan: rb.RebuildPlan, live: Settings, shadow: Settings) -> dict:
     """Does the shadow's state match the shares (see :func:`kbsync.eval.rebuild.state_check`)."""
     return rb.state_check(plan, runtime_for(shadow), live_runtime(live, shadow))
 
 
-@task(name="swap", **COMMON)
+@task(name="swap", task_run_name="swap", **COMMON)
 def swap(plan: rb.RebuildPlan, target: Settings, shadow: Settings) -> dict:
     """Point the logical collection at the shadow (alias or pointer file)."""
     return rb.swap(plan, target, runtime_for(shadow).store)
 
 
-@task(name="discard-shadow", **COMMON)
+@task(name="discard-shadow", task_run_name="discard-shadow", **COMMON)
 def discard(plan: rb.RebuildPlan, shadow: Settings) -> None:
     """Drop a shadow the gate refused (the live collection is not touched)."""
     rb.discard(runtime_for(shadow).store, plan.shadow)
@@ -149,22 +150,5 @@ def publish_rebuild(report: dict) -> None:
                           description=f"kbsync rebuild of {report['plan']['logical']}: "
                                       f"nDCG@10 live vs shadow, namespace {ns}")
     create_markdown_artifact(key=artifact_key("kbsync-rebuild-summary", ns),
-                             markdown=summary_markdown(report),
+                             markdown=rebuild_markdown(report),
                              description=f"kbsync rebuild decision, namespace {ns}")
-
-
-def summary_markdown(report: dict) -> str:
-    """The decision as Markdown: what was built, both evaluations, why."""
-    plan, decision = report["plan"], report["decision"]
-    verdict = "swapped" if report["swapped"] else "refused (live collection kept)"
-    lines = [f"# kbsync rebuild: {verdict}", "",
-             (f"- live `{plan['live']}` -> shadow `{plan['shadow']}`"
-              f"{' (resumed)' if plan['resumed'] else ''}"),
-             f"- build: `{plan['target_build']}` (live: `{plan['live_build']}`)",
-             (f"- time: {report['duration_s']} s (build {report['timings']['build_s']} s, "
-              f"eval {report['timings']['eval_s']} s)"), "",
-             "| mode | live nDCG@10 | shadow nDCG@10 | delta | ok |", "|---|---|---|---|---|"]
-    for mode, m in decision["modes"].items():
-        lines.append(f"| {mode} | {m['live']} | {m['shadow']} | {m['delta']} | {m['ok']} |")
-    lines += ["", *[f"- {r}" for r in decision["reasons"]]]
-    return "\n".join(lines) + "\n"

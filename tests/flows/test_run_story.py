@@ -66,6 +66,16 @@ def test_a_failed_run_names_each_failed_file_at_warning(prefect_api, settings, t
     # ... and the closing line counts; the watchdog's hook lines are gone
     assert any(m.startswith("ingest story-warn: added 1,") for _, m in lines), lines
     assert not any("stop_flow_watch" in m for _, m in lines), lines
+    # The batch's task page names its failed files in the state message.
+    with get_client(sync_client=True) as client:
+        (child,) = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id={"any_": [state.state_details.flow_run_id]}))
+        batches = [t for t in client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id={"any_": [child.id]})) if t.name.startswith("batch ")]
+    (batch,) = batches
+    assert batch.state.name == "Completed with failures"
+    assert batch.state.message.startswith("3 files failed in this batch: share/")
+    assert "share/broken.pdf (CorruptDocument)" in batch.state.message
 
 
 def test_past_twenty_failed_files_one_line_says_how_many_more():

@@ -151,6 +151,18 @@ print(state.state_details.flow_run_id)
 """
 
 
+def _sample_synced(stack: Stack) -> None:
+    """data/sample synced into namespace ``default`` by the deployment (once per server)."""
+    sample = stack.tmp / "sample"
+    if sample.exists():
+        return
+    shutil.copytree(ROOT / "data" / "sample", sample)
+    done = cli(stack, "deployment", "run", "ingest/ci-reindex", "--param",
+               f"roots={json.dumps([str(sample)])}", "--param", "namespace=default",
+               "--watch", "--watch-timeout", "180", timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_evaluation_trend_and_drops_render_inline(stack, tmp_path):
     """data/sample synced by the deployment, then evaluated twice (as the nightly does) against
     the same server; the second run against a better baseline run: the trend and the drops
@@ -158,12 +170,7 @@ def test_the_evaluation_trend_and_drops_render_inline(stack, tmp_path):
     sys.path.insert(0, str(ROOT / "tests" / "flows"))
     from test_eval_story import _worse_baseline
 
-    sample = stack.tmp / "sample"
-    shutil.copytree(ROOT / "data" / "sample", sample)
-    done = cli(stack, "deployment", "run", "ingest/ci-reindex", "--param",
-               f"roots={json.dumps([str(sample)])}", "--param", "namespace=default",
-               "--watch", "--watch-timeout", "180", timeout=240)
-    assert done.returncode == 0, done.stdout + done.stderr
+    _sample_synced(stack)
     reports = tmp_path / "reports"
     queries = str(ROOT / "data" / "eval" / "sample_queries.jsonl")
 
@@ -190,3 +197,41 @@ def test_the_evaluation_trend_and_drops_render_inline(stack, tmp_path):
     page = _render(f"{ui}/runs/flow-run/{second}?tab=Details", tmp_path / "eval-run.png",
                    "State Message")
     assert "evaluate: default hybrid" in page and "retrieval regression" in page, page
+
+
+REBUILD = """
+import sys
+from flows.rebuild import rebuild
+state = rebuild(queries_file=sys.argv[1], namespace="default", max_drop=1.0,
+                build={"chunk_tokens": 200}, return_state=True)
+print(state.state_details.flow_run_id)
+"""
+
+
+def test_the_rebuild_summary_reads_as_a_story(stack, tmp_path):
+    """data/sample in ``default``, then a rebuild with a smaller
+    chunk budget, gated loosely (max_drop 1.0) so it swaps; its summary renders the settings
+    as a table (live as built: the default budget, not the requested 200), the state check,
+    the replay counts and the rollback command; its subflows are tagged."""
+    _sample_synced(stack)
+    queries = str(ROOT / "data" / "eval" / "sample_queries.jsonl")
+    ran = subprocess.run([sys.executable, "-c", REBUILD, queries], cwd=ROOT,
+                         env=stack.worker_env, capture_output=True, text=True, timeout=400)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    run_id = ran.stdout.strip().splitlines()[-1]
+    assert stack.state(run_id) == "Completed", stack.get(f"/flow_runs/{run_id}")
+    tags = sorted(tuple(sorted(c["tags"])) for c in stack.children(run_id))
+    assert any("shadow" in t for t in tags) and any("replay" in t for t in tags), tags
+    summary = {a["key"]: a for a in stack.artifacts([run_id])}[
+        artifact_key("kbsync-rebuild-summary", "default")]
+    assert "{'" not in summary["data"]  # no raw Python dicts
+    ui = stack.api.removesuffix("/api")
+    page = _render(f"{ui}/artifacts/artifact/{summary['id']}", tmp_path / "rebuild-summary.png",
+                   "Build settings", "rollback", height=2400)
+    assert "swapped" in page and "Build settings" in page, page
+    assert re.search(r"chunk_tokens (\d+) 200 changed", page), page
+    assert "State check" in page and "Replay" in page, page
+    assert "kbsync rebuild --rollback" in page, page
+    page = _render(f"{ui}/runs/flow-run/{run_id}?tab=Details", tmp_path / "rebuild-run.png",
+                   "State Message")
+    assert "rebuild: default chunk_tokens=200" in page, page
