@@ -336,7 +336,7 @@ def search_kb(
     from kbsync.ingest.active import resolve
 
     # The collection a rebuild made active, with its own model (kbsync.ingest.active).
-    settings = resolve(settings if settings is not None else Settings())
+    settings = resolve(settings if settings is not None else Settings(), store)
     if service is None:
         from kbsync.embed import build_embedding_service
 
