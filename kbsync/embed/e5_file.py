@@ -92,7 +92,8 @@ class E5File:
             raise EmbeddingPermanentError(f"{self.path}: truncated or corrupt E5S1 file: {exc}") from exc
 
     def _read(self, fmt: str):
-        values = struct.unpack_from(fmt, self._buf, self._at)
+        # a uint8 memmap is a buffer at run time; numpy's stubs do not say so
+        values = struct.unpack_from(fmt, self._buf, self._at)  # type: ignore[arg-type]
         self._at += struct.calcsize(fmt)
         return values
 

@@ -114,7 +114,7 @@ def build_graph(model: E5File, *, four_bit: bool):
     for layer in range(cfg.layers):
         x = graph.encoder_layer(x, layer)
     graph.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"]))
-    dims = ["batch", "tokens", cfg.hidden]
+    dims: list[str | int | None] = ["batch", "tokens", cfg.hidden]
     onnx_graph = helper.make_graph(
         graph.nodes, "multilingual-e5-small",
         [helper.make_tensor_value_info("embeds", TensorProto.FLOAT, dims)],
