@@ -25,13 +25,19 @@ def _cell(value: Any) -> str:
     return escape_controls(str(value)).replace("|", "\\|")[:200]
 
 
+def _setting(value: Any) -> str:
+    # An unset build setting takes its default (chunk_tokens: the model's input limit).
+    return "default" if value is None else _cell(value)
+
+
 def settings_table(live: dict | None, build: dict | None) -> list[str]:
     """One row per build setting: the live collection's value, the shadow's, changed or not."""
     live, build = dict(live or {}), dict(build or {})
     lines = ["| setting | live (as built) | shadow (this build) | |", "|---|---|---|---|"]
     for key in sorted(set(live) | set(build)):
         changed = "**changed**" if live.get(key) != build.get(key) else ""
-        lines.append(f"| {key} | {_cell(live.get(key))} | {_cell(build.get(key))} | {changed} |")
+        lines.append(f"| {key} | {_setting(live.get(key))} | {_setting(build.get(key))} | "
+                     f"{changed} |")
     return lines
 
 

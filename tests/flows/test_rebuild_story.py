@@ -33,6 +33,9 @@ def test_a_swap_summary_tells_the_whole_story():
     assert "{" not in text  # no raw Python dicts
     assert "| chunk_tokens | 256 | 200 | **changed** |" in text
     assert "| embed_model | all-MiniLM-L6-v2 | all-MiniLM-L6-v2 |  |" in text
+    unset = rebuild_markdown({**_report(True), "plan": {**_report(True)["plan"],
+                                                         "live_build": {"chunk_tokens": None}}})
+    assert "| chunk_tokens | default | 200 | **changed** |" in unset
     assert "The shadow holds what the shares hold: **yes**" in text
     replay = text.split("## Replay", 1)[1]
     assert "| default | 15 | 0 | 1 | 14 | 0 | 0 |" in replay
