@@ -37,7 +37,8 @@ from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 # parameter schema (the UI form) from it and drops `Field(description=...)` metadata.
 
 
-@flow(name="ingest", flow_run_name=ingest_run_name, log_prints=False, validate_parameters=True, **FLOW_HOOKS)
+@flow(name="ingest", flow_run_name=ingest_run_name, log_prints=False, validate_parameters=True,
+      **FLOW_HOOKS)
 def ingest(
     roots: Annotated[list[str], Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",

@@ -98,7 +98,8 @@ def check_collection(settings: Settings, namespace: str, create: bool) -> str | 
 
 @task(name="seal-store", **COMMON)
 def seal_store(settings: Settings) -> dict:
-    """Seal the embedded store's full appendable segments (:func:`kbsync.ingest.steps.seal_store`)."""
+    """Seal the embedded store's full appendable segments (see
+    :func:`kbsync.ingest.steps.seal_store`)."""
     return steps.seal_store(runtime_for(settings))
 
 

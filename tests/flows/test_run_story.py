@@ -188,7 +188,8 @@ def test_a_sync_with_failed_files_still_emits_the_event_that_starts_evaluation(
     assert len(events) == 1, events
     (event,) = events
     assert event["payload"]["failed"] == 1 and event["payload"]["namespace"] == "story-event"
-    related = {(r["prefect.resource.role"], r.get("prefect.resource.name")) for r in event["related"]}
+    related = {(r["prefect.resource.role"], r.get("prefect.resource.name"))
+               for r in event["related"]}
     assert ("flow", "ingest") in related, related
 
 
