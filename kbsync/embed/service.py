@@ -176,6 +176,18 @@ class EmbeddingService:
             self._dimension = self._retrying(lambda: int(self._provider.dimension), self.max_attempts, [0])
         return self._dimension
 
+    def query_dimension(self) -> int:
+        """:attr:`dimension` for the query side: a probe of the endpoint runs within the
+        query budget (``query_budget_s``), not a batch's 5 x 60 s, since a person waits.
+
+        Raises:
+            EmbeddingTransientError: the budget was spent (the message names the endpoint).
+        """
+        if self._dimension is None:
+            deadline = None if self.query_budget_s is None else time.monotonic() + self.query_budget_s
+            self._dimension = self._query_attempts(lambda: int(self._provider.dimension), deadline)
+        return self._dimension
+
     @property
     def batch_size(self) -> int:
         """Current texts per call (may have shrunk after BatchTooLarge)."""

@@ -146,6 +146,9 @@ def check_query_embedder(store, service, *, collection: str) -> SparseEncoder:
     Returns:
         The collection's sparse encoder (:func:`sparse_encoder`), to encode the query.
     """
+    # A search must not wait a batch's retries for the dimension probe of a dead endpoint:
+    # probed here within the query budget, check_embedder then reads the known value.
+    service.query_dimension()
     stored = check_embedder(StateStore(store, f"{collection}_state"), service,
                             collection=collection)
     return _encoder_of(stored, store, collection)  # the record read once per search

@@ -80,6 +80,9 @@ class FixedDimService:
         self.provider = self._embedder.provider
         self.model = self._embedder.model
 
+    def query_dimension(self) -> int:
+        return self.dimension
+
     def embed_query(self, text: str) -> list[float]:
         return self._embedder.embed_one(text)
 

@@ -32,6 +32,9 @@ class RecordingService:
     def dimension(self) -> int:
         return self._service.dimension
 
+    def query_dimension(self) -> int:
+        return self._service.query_dimension()
+
     @property
     def provider(self) -> str:
         return self._service.provider

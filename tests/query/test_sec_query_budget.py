@@ -109,3 +109,23 @@ def test_the_dimension_probe_of_a_query_shares_the_budget():
         with pytest.raises(EmbeddingTransientError, match=r"did not answer the query within 1 s"):
             service.embed_query("anything")
         assert time.monotonic() - began < 1.0 + SLACK_S
+
+
+def test_a_search_without_configured_dimensions_probes_within_the_budget(indexed):
+    """The query side's identity check reads the dimension: without
+    KBSYNC_EMBED_DIMENSIONS that is a probe of the endpoint, which once ran a batch's
+    retries (5 x 60 s, 306 s measured) before the budgeted query could start."""
+    env, server = indexed
+    server.set_faults(lambda request: Fault.stall(600))
+    server.reset()
+    env = {k: v for k, v in env.items() if k != "KBSYNC_EMBED_DIMENSIONS"}
+    env["KBSYNC_QUERY_TIMEOUT_S"] = str(BUDGET_S)
+
+    done, took = _search(env, "how often are keys rotated")
+
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert f"127.0.0.1:{server.port}" in lines[0] and "KBSYNC_QUERY_TIMEOUT_S" in lines[0]
+    first = server.embedding_requests()[0].received_at
+    assert time.time() - first <= BUDGET_S + SLACK_S, took
