@@ -169,7 +169,9 @@ def account_unfinished(summary: IngestSummary, items: Sequence, exc: BaseExcepti
     if isinstance(exc, KbsyncError):
         kind = str(exc.kind)
     else:
-        kind = "Interrupted" if isinstance(exc, KeyboardInterrupt) else "InternalError"
+        # Not an Exception: Ctrl-C, SystemExit, or an orchestrator's signal (Prefect's
+        # TerminationSignal on SIGTERM): the run was stopped, nothing is broken.
+        kind = "InternalError" if isinstance(exc, Exception) else "Interrupted"
     text = " ".join(str(exc).split()) or type(exc).__name__
     message = f"not processed: the run stopped first ({kind}: {text})"[:500]
     _add_failures(summary, [Failure(doc_id=item.doc_id,
