@@ -92,8 +92,7 @@ def _rollback(args, settings) -> int:
     if args.json:
         cli_support.emit(data)
     else:
-        print(f"kbsync: {pointer['logical']} serves from {pointer['active']} again "
-              f"({pointer['previous']} kept for a rollback)")
+        print(f"kbsync: {_serving(pointer)} again ({pointer['previous']} kept for a rollback)")
     return EXIT_OK
 
 
@@ -112,8 +111,16 @@ def _restore(args, settings) -> int:
         cli_support.emit({"restored": True, "pointer": pointer})
     else:
         kept = f" ({pointer['previous']} kept for a rollback)" if pointer["previous"] else ""
-        print(f"kbsync: {pointer['logical']} serves from {pointer['active']} again{kept}")
+        print(f"kbsync: {_serving(pointer)} again{kept}")
     return EXIT_OK
+
+
+def _serving(pointer: dict) -> str:
+    """What a collection name serves, without "kbsync serves from kbsync" when the
+    original collection is back."""
+    if pointer["active"] == pointer["logical"]:
+        return f"collection {pointer['logical']} serves its original build"
+    return f"collection {pointer['logical']} serves from {pointer['active']}"
 
 
 def _print(report: dict) -> None:

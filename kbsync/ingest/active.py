@@ -125,17 +125,26 @@ def _warn_overrides(configured: Settings, resolved: Settings,
                     record: pointer.ActiveRecord) -> None:
     """One warning per process naming ``KBSYNC_*`` values the active collection overrides."""
     given = configured.model_fields_set
-    differ = [f"KBSYNC_{name.upper()}={getattr(configured, name)!s}" for name in BUILD_FIELDS
-              if name in given and getattr(configured, name) != getattr(resolved, name)
-              and not (name == "embed_model"
-                       and configured.embed_model_name() == resolved.embed_model_name())]
+    names = [name for name in BUILD_FIELDS
+             if name in given and getattr(configured, name) != getattr(resolved, name)
+             and not (name == "embed_model"
+                      and configured.embed_model_name() == resolved.embed_model_name())]
+    differ = [f"KBSYNC_{name.upper()}={getattr(configured, name)!s}" for name in names]
     key = (record.logical, record.active, tuple(differ))
     if differ and key not in _warned:
         _warned.add(key)
-        log.warning("%s differ from the active collection %s of %s, which was built with %s: "
-                    "serving it with its own settings (kbsync rebuild applies new ones)",
-                    ", ".join(differ), record.active, record.logical,
-                    ", ".join(f"{k}={v}" for k, v in sorted(record.build.items())))
+        # name only the settings that differ, each with the value the collection was built with
+        built = ", ".join(f"{name}={_shown(getattr(resolved, name))}" for name in names)
+        serving = (f"collection {record.logical}" if record.active == record.logical
+                   else f"collection {record.logical} (served from {record.active})")
+        log.warning("%s %s from %s, which was built with %s: serving it with its own "
+                    "settings (kbsync rebuild applies new ones)", ", ".join(differ),
+                    "differs" if len(differ) == 1 else "differ", serving, built)
+
+
+def _shown(value: object) -> str:
+    """A build setting as a person reads it: unset is the default."""
+    return "default" if value is None else str(getattr(value, "value", value))
 
 
 def check_still_active(settings: Settings, store=None) -> None:
