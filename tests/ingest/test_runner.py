@@ -66,8 +66,10 @@ def test_steps_run_in_the_order_that_keeps_refusals_write_free(runtime, tmp_path
     request = IngestRequest(roots=(parse_root(str(_share(tmp_path))),), mode=SyncMode.FULL)
     summary = run_ingest(request, executor)
     assert summary.added == 2 and executor.locked == ["default"]
+    # seal_store (#23) runs after the checks and before the plan: what a store holds
+    # unsealed is sealed once the run is known to write
     assert executor.ran == ["check_identity", "preflight", "record_identity", "check_collection",
-                            "plan", "batch", "finish_root"]
+                            "seal_store", "plan", "batch", "finish_root"]
 
 
 def test_a_dry_run_writes_nothing_not_even_the_collection(runtime, tmp_path):
