@@ -26,7 +26,8 @@ def share_settings(settings, tmp_path):
 
 def test_every_step_has_its_task_and_retries_only_idempotent_ones() -> None:
     wrapped = {steps.check_identity, steps.preflight, steps.record_identity,
-               steps.check_collection, steps.plan, steps.batch, steps.heal, steps.finish_root,
+               steps.check_collection, steps.seal_store, steps.plan, steps.batch, steps.heal,
+               steps.finish_root,
                steps.prepare, steps.write}
     assert set(t.TASK_OF) == wrapped
     for step, task in t.TASK_OF.items():
