@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli_support.ArgumentParser(
         prog="kbsync", description="Keep a Qdrant knowledge base in sync with document folders.",
         epilog="Exit codes: 0 ok, 1 run failed, 2 usage error, 3 some files failed (verify: "
-               "drift found or left). "
+               "drift found or left); 130, 143, 129 stopped by SIGINT, SIGTERM, SIGHUP (the "
+               "JSON still carries an error). "
                "Configuration comes from KBSYNC_* environment variables (see README).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     parser.add_argument("--version", action=_VersionAction)
