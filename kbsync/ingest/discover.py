@@ -29,6 +29,9 @@ from kbsync.models import Failure, RootSpec, SourceFile, display_path, display_t
 log = logging.getLogger(__name__)
 
 HASH_BLOCK = 1 << 20
+# Skipped entries logged one by one per root and kind; past this, one line gives the rest
+# (a share whose files were all swapped for links once logged a line per file).
+LOGGED_PER_KIND = 5
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Discovery:
     ignored: list[str] = field(default_factory=list)  # unsupported types (relative paths)
     problems: list[Failure] = field(default_factory=list)  # unreadable dirs, escaping links
     quiet: bool = False  # problems recorded, not logged (a walk that is done again next)
+    problem_counts: dict[str, int] = field(default_factory=dict)  # per error kind
 
 
 def parse_root(spec: str) -> RootSpec:
@@ -182,7 +186,20 @@ def discover(
         stack.extend(reversed(subdirs))
     result.files.sort(key=lambda f: f.doc_id)
     _drop_ambiguous(result)
+    _log_unlogged(result)
     return result
+
+
+def _log_unlogged(result: Discovery) -> None:
+    """One line per kind of problem past :data:`LOGGED_PER_KIND`: how many more were skipped
+    (each is still in ``problems``, so in the JSON's warnings)."""
+    if result.quiet:
+        return
+    for error, count in sorted(result.problem_counts.items()):
+        more = count - LOGGED_PER_KIND
+        if more > 0:
+            log.warning("root %s: %d more entries skipped (%s); the JSON's warnings list them "
+                        "all", result.root.name, more, error)
 
 
 def _searchable(directory: Path) -> bool:
@@ -260,7 +277,9 @@ def _problem(result: Discovery, rel: str, path: Path, error: ErrorCode, reason) 
     doc_id = f"{result.root.name}/{rel}" if rel else result.root.name
     # The reason may name another raw path (a symlink's target): escape the whole line.
     message = display_text(f"{path}: {reason}")
-    if not result.quiet:
+    seen = result.problem_counts.get(str(error), 0)
+    result.problem_counts[str(error)] = seen + 1
+    if not result.quiet and seen < LOGGED_PER_KIND:
         log.warning("skipped %s: %s", doc_id, display_text(str(reason)))
     result.problems.append(Failure(doc_id=doc_id, path=_display(str(path)), error=error,
                                    message=message))
