@@ -3,7 +3,10 @@
 With the default local provider and no ``KBSYNC_EMBED_MODEL``, the first ingest into
 a new collection of the embedded store samples its roots' text
 (:func:`kbsync.text.language.sample_language`: the heads of up to 64 HTML, Markdown
-and text files; no converter runs). When CJK characters make up at least
+and text files, read raw, and of up to :data:`CONVERTED_SAMPLE` PDF, office and e-mail
+documents, converted here before anything is written, in an isolated worker when
+conversion is isolated; each kind weighted by its count in the share). When CJK
+characters make up at least
 :data:`CJK_SHARE` of the sample (they outnumber the Latin-script words), the collection
 is built with the multilingual ``multilingual-e5-small``; otherwise with the English
 default. Measured on the labelled sets (README, Retrieval quality): on Chinese, hybrid
@@ -26,24 +29,34 @@ provider turns this off; a dry run reports the choice and writes nothing.
 Where: the ingest flow calls it (so ``kbsync ingest``, the deployments and workers);
 :func:`kbsync.ingest.runner.run_plain` and ``api.add_text`` take the runtime or settings
 they are given. Limits: against a Qdrant server the English default is kept (set the
-model by hand); a share of only PDFs and office files samples no text and keeps the
-English default.
+model by hand); scanned pages are not OCR'd for the sample, so a share of only scanned
+PDFs reads as having no text and keeps the English default; the sampled documents are
+converted again by the run (at most :data:`CONVERTED_SAMPLE`, once per collection).
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Sequence
 
+from kbsync.convert import SUPPORTED_EXTENSIONS, convert
+from kbsync.convert.isolate import IsolatedConverter
+from kbsync.errors import KbsyncError
 from kbsync.ingest.active import build_of, resolve
 from kbsync.models import RootSpec
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
-from kbsync.text.language import LanguageSample, sample_language
+from kbsync.text.language import TEXT_SUFFIXES, LanguageSample, ReadOther, sample_language
 
 log = logging.getLogger(__name__)
 
 MULTILINGUAL_MODEL = "multilingual-e5-small"
+CONVERTED_SAMPLE = 4
+"""Documents converted for the sample (PDF: about 0.1-2 s each, once per collection)."""
+SAMPLE_TIMEOUT_S = 30.0
+"""Longest a sampled conversion may take (or the run's own limit, when lower)."""
 CJK_SHARE = 0.5
 """CJK characters / (CJK characters + Latin-script words) at or above which a new
 collection gets the multilingual model (the Chinese eval share reads 0.85, the
@@ -62,7 +75,10 @@ def choose_model(settings: Settings, roots: Sequence[RootSpec], *,
     """
     if not _chooses(settings) or not roots:
         return settings
-    sample = sample_language([root.path for root in roots])
+    with ExitStack() as stack:
+        sample = sample_language([root.path for root in roots],
+                                 read_other=_converted_reader(settings, roots, stack),
+                                 other_suffixes=SUPPORTED_EXTENSIONS - TEXT_SUFFIXES)
     if sample.cjk_share < CJK_SHARE:
         return settings
     chosen = settings.model_copy(update={"embed_model": MULTILINGUAL_MODEL})
@@ -97,8 +113,42 @@ def rebuild_model(target: Settings, record: pointer.ActiveRecord | None,
 
 
 def describe(sample: LanguageSample) -> str:
-    """``62% of the text sampled from 64 files is CJK`` (the choice's reason)."""
-    return f"{sample.cjk_share:.0%} of the text sampled from {sample.files} files is CJK"
+    """``62% of the text sampled from 64 files (4 converted) is CJK`` (the choice's reason)."""
+    converted = f" ({sample.converted} converted)" if sample.converted else ""
+    return f"{sample.cjk_share:.0%} of the text sampled from {sample.files} files{converted} is CJK"
+
+
+def _converted_reader(settings: Settings, roots: Sequence[RootSpec],
+                      stack: ExitStack) -> ReadOther:
+    """A converter for the sample, with the run's isolation, memory and size limits.
+
+    The worker starts on the first document it is asked for (a share with nothing to
+    convert starts none) and stops with ``stack``. A document that fails to convert is
+    left out of the sample with one INFO line; the run itself reports it as it always does.
+    """
+    resolved = [(root.path.resolve(), root.name) for root in roots]
+    pool: list[IsolatedConverter] = []
+
+    def within(path: Path) -> Path | None:
+        real = path.resolve()
+        return next((root for root, _name in resolved if real.is_relative_to(root)), None)
+
+    def read(path: Path) -> str | None:
+        doc_id, root = f"language-sample:{path.name}", within(path)
+        max_bytes = int(settings.max_file_mb * 2**20)
+        try:
+            if not settings.convert_isolation:
+                return convert(path, doc_id=doc_id, max_bytes=max_bytes, within=root).markdown
+            if not pool:
+                pool.append(stack.enter_context(IsolatedConverter(
+                    workers=1, timeout_s=min(settings.convert_timeout_s, SAMPLE_TIMEOUT_S),
+                    memory_mb=settings.convert_memory_mb)))
+            return pool[0].convert(path, doc_id=doc_id, max_bytes=max_bytes,
+                                   within=root).markdown
+        except KbsyncError as exc:
+            log.info("language sample: %s left out (%s: %s)", path, exc.kind, exc)
+            return None
+    return read
 
 
 def _chooses(settings: Settings) -> bool:

@@ -1,11 +1,14 @@
-"""How much of a share is written in CJK scripts, read cheaply off its text files.
+"""How much of a share is written in CJK scripts, read cheaply off a sample of its files.
 
 Used once per collection, before its first ingest, to choose the embedding model
 (:mod:`kbsync.ingest.model_choice`). It reads no more than ``files`` text-like
 files (HTML, Markdown, plain text, reStructuredText, AsciiDoc, XML) of at most
-``head_bytes`` each, spread evenly over the share's sorted paths, and never runs a
-converter: PDFs and office files are not sampled (a share of only those reads as
-having no text, and keeps the English default).
+``head_bytes`` each, spread evenly over the share's sorted paths. Other documents
+(PDF, office, e-mail: ``other_suffixes``) have no text to read raw: the caller may
+pass ``read_other``, a converter, and then up to ``other_files`` of them, spread the
+same way, are converted and their text's head counted. The two parts are weighted by
+how many files of each kind the share holds, so a share of Chinese PDFs beside a few
+English READMEs reads as mostly Chinese. This module runs no converter itself.
 
 The measure is CJK characters against Latin-script words: a Chinese sentence
 spends about one character where English spends a word, so ``cjk / (cjk + words)``
@@ -19,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from kbsync.text.cjk import CJK_WORD_CHARS
 
@@ -34,43 +37,91 @@ _CANDIDATES = 4096  # paths kept from the walk before the even spread is taken
 
 @dataclass(frozen=True)
 class LanguageSample:
-    """What a sample read: files, CJK characters and Latin-script words."""
+    """What a sample read: files, CJK characters and Latin-script words.
+
+    ``converted`` of the ``files`` were converted documents (PDF, office), not read raw;
+    ``weighted_share``, when set, is the share of CJK with each kind of file weighted by
+    its count in the share (see the module doc), and :attr:`cjk_share` returns it.
+    """
 
     files: int
     cjk_chars: int
     latin_words: int
+    converted: int = 0
+    weighted_share: float | None = None
 
     @property
     def cjk_share(self) -> float:
-        """``cjk / (cjk + words)``; 0.0 when nothing was read."""
+        """``cjk / (cjk + words)`` (or the weighted share); 0.0 when nothing was read."""
+        if self.weighted_share is not None:
+            return self.weighted_share
         total = self.cjk_chars + self.latin_words
         return self.cjk_chars / total if total else 0.0
 
 
-def sample_language(roots: Sequence[Path], *, files: int = 64,
-                    head_bytes: int = 16384) -> LanguageSample:
+ReadOther = Callable[[Path], "str | None"]
+"""Text of a document that is not read raw (a converter), or None when it has none."""
+
+
+def sample_language(roots: Sequence[Path], *, files: int = 64, head_bytes: int = 16384,
+                    read_other: ReadOther | None = None,
+                    other_suffixes: frozenset[str] = frozenset(),
+                    other_files: int = 4) -> LanguageSample:
     """Count CJK characters and Latin-script words in the heads of up to ``files`` text
-    files of ``roots`` (see the module doc). Unreadable files and folders are skipped."""
-    paths = _spread(sorted(_text_files(roots)), files)
-    cjk = words = read = 0
+    files of ``roots``, and of up to ``other_files`` documents ``read_other`` converts
+    (see the module doc). Unreadable files and folders are skipped; so is a document
+    ``read_other`` returns None for."""
+    text_paths: list[Path] = []
+    other_paths: list[Path] = []
+    for path in _candidate_files(roots, TEXT_SUFFIXES | other_suffixes):
+        (text_paths if path.suffix.lower() in TEXT_SUFFIXES else other_paths).append(path)
+    raw = _count(_spread(sorted(text_paths), files), lambda path: _head_text(path, head_bytes))
+    if read_other is None or not other_paths:
+        return raw
+    converted = _count(_spread(sorted(other_paths), other_files),
+                       lambda path: _head_of(read_other(path), head_bytes))
+    return _weigh(raw, len(text_paths), converted, len(other_paths))
+
+
+def _count(paths: Iterable[Path], read: Callable[[Path], str | None]) -> LanguageSample:
+    cjk = words = done = 0
     for path in paths:
-        text = _head_text(path, head_bytes)
+        text = read(path)
         if text is None:
             continue
-        read += 1
+        done += 1
         cjk += len(_CJK.findall(text))
         words += len(_WORD.findall(text))
-    return LanguageSample(files=read, cjk_chars=cjk, latin_words=words)
+    return LanguageSample(files=done, cjk_chars=cjk, latin_words=words)
 
 
-def _text_files(roots: Sequence[Path]) -> Iterable[Path]:
-    """Text-like files under ``roots``, at most :data:`_CANDIDATES` (hidden folders skipped)."""
+def _weigh(raw: LanguageSample, raw_count: int, converted: LanguageSample,
+           converted_count: int) -> LanguageSample:
+    """Both parts in one sample, each part's share weighted by its kind's file count."""
+    parts = [(part, count) for part, count in ((raw, raw_count), (converted, converted_count))
+             if part.cjk_chars + part.latin_words]
+    weight = sum(count for _part, count in parts)
+    share = sum(part.cjk_share * count for part, count in parts) / weight if weight else 0.0
+    return LanguageSample(files=raw.files + converted.files,
+                          cjk_chars=raw.cjk_chars + converted.cjk_chars,
+                          latin_words=raw.latin_words + converted.latin_words,
+                          converted=converted.files, weighted_share=share)
+
+
+def _head_of(text: str | None, head_bytes: int) -> str | None:
+    """About the first ``head_bytes`` of a converted text (counted in characters)."""
+    return None if text is None else text[:head_bytes]
+
+
+def _candidate_files(roots: Sequence[Path], suffixes: frozenset[str]) -> Iterable[Path]:
+    """Files under ``roots`` whose suffix is one of ``suffixes``, sorted per folder, at most
+    :data:`_CANDIDATES` (hidden folders skipped)."""
     found = 0
     for root in roots:
         for folder, dirs, names in os.walk(root, onerror=lambda _exc: None):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for name in sorted(names):
-                if Path(name).suffix.lower() in TEXT_SUFFIXES:
+                if Path(name).suffix.lower() in suffixes:
                     yield Path(folder) / name
                     found += 1
                     if found >= _CANDIDATES:

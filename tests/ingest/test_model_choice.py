@@ -110,3 +110,60 @@ def test_a_rebuild_keeps_the_chosen_model_unless_it_names_one(tmp_path, make_set
     swapped = pointer.ActiveRecord("kbsync", "kbsync__r1", "kbsync", dict(record.build))
     assert rebuild_model(settings, swapped, {}) is settings  # a rebuild's record: as before
     assert rebuild_model(settings, None, {}) is settings
+
+
+def _zh_pdf(path: Path, lines: list[str]) -> Path:
+    import pymupdf
+
+    doc = pymupdf.open()
+    for start in range(0, len(lines), 30):
+        page = doc.new_page()
+        page.insert_text((50, 60), lines[start:start + 30], fontsize=10, fontname="china-s")
+    doc.save(path)
+    return path
+
+
+def _zh_lines() -> list[str]:
+    return [line.strip() for line in ZH_FAQ.splitlines() if line.strip()][:60]
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_share_of_only_chinese_pdfs_is_sampled_from_converted_text(tmp_path, make_settings,
+                                                                     isolated):
+    """Issue 24: a share with no text file to read raw used to keep the English default."""
+    share = tmp_path / "pdfs"
+    share.mkdir()
+    for n in range(3):
+        _zh_pdf(share / f"手册-{n}.pdf", _zh_lines())
+    (share / "broken.pdf").write_bytes(b"%PDF-1.7\n not a pdf at all")  # left out of the sample
+    settings = make_settings(convert_isolation=isolated)
+    roots = [RootSpec(name="pdfs", path=share)]
+    planned = choose_model(settings, roots, dry_run=True)
+    assert planned.embed_model == MULTILINGUAL_MODEL
+
+
+def test_office_and_pdf_english_shares_keep_the_default(tmp_path, make_settings):
+    share = tmp_path / "office"
+    share.mkdir()
+    for name in ("policies/security-policy.pdf", "incidents/2024-03-12-ingestion-outage.docx",
+                 "product/roadmap-2024.pptx"):
+        (share / Path(name).name).write_bytes((SAMPLE / name).read_bytes())
+    settings = make_settings()
+    assert choose_model(settings, [RootSpec(name="office", path=share)]) is settings
+
+
+def test_each_kind_of_file_weighs_by_its_count_in_the_share(tmp_path):
+    """Six Chinese PDFs beside two English READMEs: mostly Chinese, though the raw text
+    sample alone reads 0% CJK."""
+    from kbsync.convert import convert
+
+    share = tmp_path / "mixed"
+    write_tree(share, {"README.md": EN_DOC, "docs/NOTES.md": EN_DOC})
+    for n in range(6):
+        _zh_pdf(share / f"zh-{n}.pdf", _zh_lines())
+    raw_only = sample_language([share])
+    assert raw_only.cjk_share == 0.0 and raw_only.converted == 0
+    sample = sample_language([share], other_suffixes=frozenset({".pdf"}), other_files=2,
+                             read_other=lambda p: convert(p, doc_id="x").markdown)
+    assert (sample.files, sample.converted) == (4, 2)
+    assert 0.6 < sample.cjk_share < 0.8  # 6/8 of the files, almost all CJK
