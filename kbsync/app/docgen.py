@@ -113,7 +113,7 @@ NOTES: dict[str, str] = {
     "ocr_dpi": "Scanned PDF pages.",
     "ocr_page_timeout_s": "A page over it is skipped with a warning.",
     "min_free_mb": "Under `KBSYNC_HOME` ([Sync, *Disk space*](../sync.md#disk-space)).",
-    "orchestrator_timeout_s": "[Operations](../OPERATIONS.md#losing-the-prefect-api-mid-run).",
+    "orchestrator_timeout_s": "[Operations](../OPERATIONS.md#12-losing-the-prefect-api-mid-run).",
     "query_timeout_s": "Each request times out with what is left: an endpoint that does not "
                        "answer ends `search`/`ask` with one `EmbeddingTransientError` line naming "
                        "the endpoint (exit 1), not 5 x `KBSYNC_EMBED_TIMEOUT_S`.",
