@@ -33,11 +33,13 @@ from prefect.utilities.annotations import quote
 from kbsync.errors import FilesFailed
 from kbsync.ingest import steps
 from kbsync.ingest.executor import CONTEXT
+from kbsync.ingest.model_choice import choose_model
+from kbsync.models import RootSpec
 from kbsync.settings import Settings
 from tasks.artifacts import report_progress, start_progress
 from tasks.ingest_tasks import TASK_OF
 from tasks.locking import run_lock
-from tasks.resources import runtime_for
+from tasks.resources import release, runtime_for
 from tasks.runners import build_task_runner, workers_reach_store
 
 _bodies: dict[str, Callable[[], dict]] = {}  # a subflow's work, by key (not a parameter)
@@ -90,14 +92,32 @@ class PrefectExecutor:
     """Tags of every ``ingest-root`` subflow beside ``root:NAME`` (a subclass's ``shadow`` or
     ``replay``; the ingest flow's ``namespace:NS``), so the UI's tag filters find them."""
 
-    def __init__(self, settings: Settings, run_tags: tuple[str, ...] = ()) -> None:
+    def __init__(self, settings: Settings, run_tags: tuple[str, ...] = (), *,
+                 chooses_model: bool = False) -> None:
         self.run_tags = (*type(self).run_tags, *run_tags)
+        self._chooses = chooses_model
+        self._target(settings)
+
+    def _target(self, settings: Settings) -> None:
+        """Run every later step with ``settings`` (their runtime opened here)."""
         runtime = runtime_for(settings)
         self.settings = settings
         self.config = runtime.config
         self.chunk_config = runtime.chunk_config
         self._quote = settings.task_runner == "threads"
         self._split = not workers_reach_store(settings)
+
+    def choose_model(self, roots: Sequence[RootSpec], *, dry_run: bool) -> None:
+        """With ``chooses_model`` (the ingest flow): a new collection's model follows its
+        shares' language (:func:`kbsync.ingest.model_choice.choose_model`), and the runtime
+        of the default model is closed before the chosen one opens (one store handle per
+        process). Other executors (a rebuild's shadow and replay) keep their settings."""
+        if not self._chooses:
+            return
+        chosen = choose_model(self.settings, roots, dry_run=dry_run)
+        if chosen is not self.settings:
+            release(self.settings)
+            self._target(chosen)
 
     def _args(self, args: Sequence[Any]) -> list[Any]:
         """Task arguments: the settings for CONTEXT, and every value quoted, so Prefect does

@@ -17,9 +17,8 @@ from pydantic import Field
 
 from flows.executor import PrefectExecutor
 from kbsync.errors import FilesFailed, KbsyncError
-from kbsync.ingest.active import resolve
+from kbsync.catalog.active import resolve
 from kbsync.ingest.discover import local_root, parse_root
-from kbsync.ingest.model_choice import choose_model
 from kbsync.ingest.plan import DeleteGuard
 from kbsync.ingest.run_counts import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest
@@ -80,9 +79,10 @@ def ingest(
         force=force, dry_run=dry_run, include=tuple(include), exclude=tuple(exclude),
         guard=DeleteGuard(allow_mass_delete, max_delete_fraction), rebind=rebind,
         run_id=str(flow_run.get_id() or new_run_id()))
-    # A new collection's model follows its shares' language, once (kbsync.ingest.model_choice).
-    settings = choose_model(settings, request.roots, dry_run=dry_run)
-    executor = PrefectExecutor(settings, run_tags=(f"namespace:{namespace}",))
+    # A new collection's model follows its shares' language, chosen once by the runner under
+    # the write lock (kbsync.ingest.model_choice); the executor then runs with it.
+    executor = PrefectExecutor(settings, run_tags=(f"namespace:{namespace}",),
+                               chooses_model=True)
     try:
         summary = run_ingest(request, executor)
     except KbsyncError as exc:  # a refusal or an outage: the run ends Failed on it, summarised
@@ -92,7 +92,7 @@ def ingest(
         publish_refusal(exc, namespace=namespace, dry_run=dry_run, counts=counts)
         raise
     finally:
-        release(settings)
+        release(executor.settings)  # the chosen model's runtime, when one was chosen
     result = summary.to_dict()
     publish_summary(result)
     log_failures(logger, result)  # one WARNING per failed file: the UI's "Warning and above"

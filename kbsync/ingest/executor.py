@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from kbsync.ingest.context import IngestConfig, IngestContext
+from kbsync.models import RootSpec
 from kbsync.text.chunk import ChunkConfig
 
 T = TypeVar("T")
@@ -66,6 +67,11 @@ class Executor(Protocol):
     def write_lock(self, namespace: str) -> AbstractContextManager:
         """The run-wide write lock of ``namespace``."""
 
+    def choose_model(self, roots: Sequence[RootSpec], *, dry_run: bool) -> None:
+        """Under the write lock, before any check: a new collection's model, chosen once
+        from its shares' language (:mod:`kbsync.ingest.model_choice`); the executor's
+        steps then embed with it. An executor that does not choose leaves it alone."""
+
     def progress(self, root: str, total: int) -> Callable[[int], None]:
         """A callback told how many of ``total`` batches of ``root`` are done."""
 
@@ -108,6 +114,9 @@ class InProcess:
         from contextlib import nullcontext
 
         return self._write_lock(namespace) if self._write_lock else nullcontext()
+
+    def choose_model(self, roots: Sequence[RootSpec], *, dry_run: bool) -> None:
+        """Nothing: the plain loop and ``add_text`` embed with the runtime they are given."""
 
     def progress(self, root: str, total: int) -> Callable[[int], None]:
         """No progress display in process (the log line per batch is the runner's)."""

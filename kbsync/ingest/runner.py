@@ -6,7 +6,8 @@ through here, with an executor that decides where each step runs
 (:mod:`kbsync.ingest.executor`). So the rules are one:
 
 - two roots with one name are refused before anything is opened;
-- under the write lock: root bindings and embedder identity, then full mode's
+- under the write lock: a new collection's model (chosen once from its shares'
+  language, where the executor chooses), then root bindings and embedder identity, then full mode's
   mass-delete guard for every root, then the records, then the collection
   check, all before the first document is written;
 - a dry run plans and checks but writes nothing, not even a missing collection;
@@ -28,7 +29,7 @@ from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import steps
 from kbsync.ingest.discover import iter_batches
 from kbsync.ingest.executor import CONTEXT, Executor, InProcess
-from kbsync.ingest.lock import ingest_lock
+from kbsync.catalog.lock import ingest_lock
 from kbsync.ingest.plan import DeleteGuard, RootPlan
 from kbsync.ingest.run_counts import attach, keep_counts
 from kbsync.ingest.stages import StageResult
@@ -78,6 +79,8 @@ def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
     try:
         with executor.write_lock(request.namespace):
             checked = time.perf_counter()
+            # Under the lock: two first ingests of one collection cannot choose twice.
+            executor.choose_model(request.roots, dry_run=request.dry_run)
             _check_run(request, executor, summary)
             add_seconds(summary, {"checks": time.perf_counter() - checked})
             if not request.dry_run:
