@@ -17,7 +17,7 @@ from pydantic import Field
 from kbsync.errors import RetrievalRegression
 from kbsync.eval.report import gate_message
 from kbsync.eval.run import build_result, check_k, llm_for, parse_modes
-from kbsync.ingest.active import resolve
+from kbsync.catalog.active import resolve
 from kbsync.query.filters import SearchFilters
 from kbsync.settings import Settings
 from tasks import eval_tasks as t

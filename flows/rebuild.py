@@ -1,6 +1,6 @@
 """The ``rebuild`` flow: shadow collection -> evaluate shadow and live -> swap or refuse.
 
-The flow only arranges; the rules live in :mod:`kbsync.eval.rebuild` (see its
+The flow only arranges; the rules live in :mod:`kbsync.maintenance.rebuild` (see its
 docstring for the order and the crash-safety argument). The new settings are the
 run's ``KBSYNC_*`` environment, with the ``build`` parameter on top (embedding
 provider/model/dimensions, chunk budget/overlap, contextual text). Each ingest of
@@ -21,10 +21,10 @@ from prefect.states import Completed
 from pydantic import Field
 
 from flows.executor import PrefectExecutor
-from kbsync.eval import rebuild as rb
+from kbsync.maintenance import rebuild as rb
 from kbsync.eval.run import check_k, load_queries, parse_modes
-from kbsync.ingest import active
-from kbsync.ingest.lock import ingest_lock_path
+from kbsync.catalog import active
+from kbsync.catalog.lock import ingest_lock_path
 from kbsync.ingest.model_choice import rebuild_model
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id

@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from kbsync.errors import UsageError
-from kbsync.ingest.lock import ingest_lock_path, write_lock
+from kbsync.catalog.lock import DistributedLock, ingest_lock
 from kbsync.models import DocStatus, PlanAction, SourceFile
 from kbsync.settings import Settings
 from kbsync.store.base import Filter
 
 if TYPE_CHECKING:
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +105,21 @@ class KnowledgeBase:
 
     Not thread-safe; use one instance per thread, or the module functions.
     Close it (or use ``with``) to release the store.
+
+    Writes hold the ingest's write lock (:func:`kbsync.catalog.lock.ingest_lock`). Against a
+    Qdrant server written from several machines, pass ``distributed_lock`` (the flows' own,
+    ``tasks.locking.prefect_limit``) so writers elsewhere are excluded too; without it the
+    lock file excludes writers on this machine only.
     """
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        from kbsync.ingest.active import resolve
+    def __init__(self, settings: Settings | None = None, *,
+                 distributed_lock: DistributedLock | None = None) -> None:
+        from kbsync.catalog.active import resolve
 
-        # The collection a rebuild made active, with its own model (kbsync.ingest.active).
+        # The collection a rebuild made active, with its own model (kbsync.catalog.active).
         self.settings = resolve(settings or Settings())
         self._runtime: Runtime | None = None
+        self._distributed_lock = distributed_lock
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> "KnowledgeBase":
@@ -128,7 +135,7 @@ class KnowledgeBase:
             self._runtime = None
 
     def _open(self, *, embed: bool):
-        from kbsync.app.runtime import Runtime
+        from kbsync.runtime import Runtime
 
         if self._runtime is None:
             self._runtime = Runtime.open(self.settings, with_embedder=embed)
@@ -139,14 +146,9 @@ class KnowledgeBase:
         return self._runtime
 
     def _lock(self, namespace: str):
-        """The ingest's write lock: its lock file, and on a Qdrant server also the Prefect
-        concurrency limit the flows take, so writers on other machines are excluded too."""
-        if self.settings.qdrant_url:
-            from tasks.locking import run_lock  # imported late: Prefect's import costs seconds
-
-            return run_lock(self.settings, namespace, purpose="add_text")
-        return write_lock(ingest_lock_path(self.settings, namespace),
-                          timeout_s=self.settings.lock_timeout_s)
+        """The ingest's write lock (the one policy), with the injected distributed lock."""
+        return ingest_lock(self.settings, namespace, purpose="add_text",
+                           distributed=self._distributed_lock)
 
     # -- actions -----------------------------------------------------------------------------
     def add_text(self, text: str, doc_id: str, namespace: str = "default", *,

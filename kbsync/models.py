@@ -167,7 +167,7 @@ class DocState:
     scanned_pages: int | None = None
     """Pages without a usable text layer at the last write; ``None`` in records written
     before OCR existed (unknown). Decides whether OCR settings enter the document's
-    fingerprint (:func:`kbsync.ingest.state.document_fingerprint`)."""
+    fingerprint (:func:`kbsync.catalog.state.document_fingerprint`)."""
 
     def to_payload(self) -> dict[str, Any]:
         """The record as a JSON-able payload."""

@@ -1,17 +1,17 @@
-"""The run-wide write lock, chosen by where the store lives.
+"""The distributed half of the one lock policy (:mod:`kbsync.catalog.lock`): Prefect's.
 
-- Embedded store (one machine): a lock file beside it (:mod:`kbsync.ingest.lock`).
-- Qdrant server (workers on several machines): a Prefect global concurrency
-  limit of 1 per (collection, namespace), created on first use, so runs on
-  different machines queue behind each other; the file lock is taken as well,
-  which costs nothing and also covers runs started without a Prefect server.
+:func:`prefect_limit` is a Prefect global concurrency limit of 1 per (logical collection,
+namespace), created on first use, so writers on different machines queue behind each
+other; :func:`kbsync.catalog.lock.ingest_lock` takes it, against a Qdrant server only,
+before its lock file. :func:`run_lock` is that policy with this lock injected, as the
+flows, the CLI and whoever holds a Prefect API take it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Iterator
 
 from prefect import get_run_logger
@@ -21,7 +21,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.exceptions import MissingContextError, ObjectNotFound
 
 from kbsync.errors import LockHeld
-from kbsync.ingest.lock import ingest_lock
+from kbsync.catalog.lock import ingest_lock
 from kbsync.settings import Settings
 
 
@@ -52,28 +52,39 @@ def _logger():
 
 
 @contextmanager
-def run_lock(settings: Settings, namespace: str, *, purpose: str = "ingest") -> Iterator[None]:
-    """Hold the write lock for one ingest run, or another writer like one (see module doc).
+def prefect_limit(settings: Settings, namespace: str, *, purpose: str = "ingest"
+                  ) -> Iterator[None]:
+    """Hold the global concurrency limit of ``settings``' collection and ``namespace``
+    (a :class:`kbsync.catalog.lock.DistributedLock`; ``purpose`` is the policy's, unused here).
+
+    Raises:
+        LockHeld: another writer holds it past ``settings.lock_timeout_s`` (0: about
+            :data:`REFUSE_WITHIN_S`, the acquisition's round trips).
+    """
+    name = limit_name(settings, namespace)
+    _ensure_limit(name)
+    _logger().info("acquiring global concurrency limit %s", name)
+    # 0 means "refuse at once": Prefect reads a None timeout as "wait forever", so
+    # allow just the acquisition's round trips.
+    waited = settings.lock_timeout_s or REFUSE_WITHIN_S
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(concurrency(name, occupy=1, strict=True, timeout_seconds=waited))
+        except TimeoutError as exc:
+            raise LockHeld(f"another ingest or remove of collection {settings.collection!r}, "
+                           f"namespace {namespace!r} holds the Prefect concurrency limit "
+                           f"{name}; waited {waited:g} s (set KBSYNC_LOCK_TIMEOUT_S to wait "
+                           "longer)") from exc
+        yield
+
+
+def run_lock(settings: Settings, namespace: str, *, purpose: str = "ingest"
+             ) -> AbstractContextManager[None]:
+    """The write lock of one run (:func:`kbsync.catalog.lock.ingest_lock`) with the Prefect
+    limit injected: on a Qdrant server the limit, then the lock file; on the embedded
+    engine the lock file only.
 
     Args:
         purpose: recorded in the lock file, so a refused writer can name it.
     """
-    logger = _logger()
-    with ExitStack() as stack:
-        if settings.qdrant_url:
-            name = limit_name(settings, namespace)
-            _ensure_limit(name)
-            logger.info("acquiring global concurrency limit %s", name)
-            # 0 means "refuse at once": Prefect reads a None timeout as "wait forever", so
-            # allow just the acquisition's round trips.
-            waited = settings.lock_timeout_s or REFUSE_WITHIN_S
-            try:
-                stack.enter_context(concurrency(name, occupy=1, strict=True,
-                                                timeout_seconds=waited))
-            except TimeoutError as exc:
-                raise LockHeld(f"another ingest or remove of collection {settings.collection!r}, "
-                               f"namespace {namespace!r} holds the Prefect concurrency limit "
-                               f"{name}; waited {waited:g} s (set KBSYNC_LOCK_TIMEOUT_S to wait "
-                               "longer)") from exc
-        stack.enter_context(ingest_lock(settings, namespace, purpose=purpose))
-        yield
+    return ingest_lock(settings, namespace, purpose=purpose, distributed=prefect_limit)

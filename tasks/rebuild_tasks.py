@@ -1,4 +1,4 @@
-"""The rebuild's steps as Prefect tasks: thin wrappers over :mod:`kbsync.eval.rebuild`.
+"""The rebuild's steps as Prefect tasks: thin wrappers over :mod:`kbsync.maintenance.rebuild`.
 
 The shadow's runtime is the process-wide one of :mod:`tasks.resources` (the ingest
 tasks look it up by settings); the live collection is read through the same store
@@ -16,12 +16,12 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from kbsync.app.runtime import Runtime
-from kbsync.eval import rebuild as rb
-from kbsync.eval import rebuild_checks as checks
+from kbsync.runtime import Runtime
+from kbsync.maintenance import rebuild as rb
+from kbsync.maintenance import rebuild_checks as checks
 from kbsync.eval import run as ev
 from kbsync.ingest.report import artifact_key
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.state import StateStore
 from kbsync.settings import Settings
 from tasks.rebuild_story import rebuild_markdown
 from tasks.resources import runtime_for
@@ -91,7 +91,7 @@ def evaluate_collection(queries: list[ev.EvalQuery], specs: list[ev.ModeSpec], w
 def check_before_build(plan: rb.RebuildPlan, queries: list[ev.EvalQuery], live: Settings,
                        shadow: Settings, *, namespace: str) -> rb.RebuildPlan:
     """Refuse before anything is built: a gate that can measure nothing, a root whose share
-    lacks its live documents (:mod:`kbsync.eval.rebuild_checks`). Fills in the live
+    lacks its live documents (:mod:`kbsync.maintenance.rebuild_checks`). Fills in the live
     collection's build settings when nothing recorded them."""
     runtime = live_runtime(live, shadow)
     checks.check_measurable(queries, set(runtime.states.load(namespace)), namespace=namespace,
@@ -124,7 +124,7 @@ def prepare_shadow(plan: rb.RebuildPlan, shadow: Settings, run_id: str) -> rb.Re
 
 @task(name="state-check", task_run_name="state-check", **COMMON)
 def state_check(plan: rb.RebuildPlan, live: Settings, shadow: Settings) -> dict:
-    """Does the shadow's state match the shares (see :func:`kbsync.eval.rebuild.state_check`)."""
+    """Does the shadow's state match the shares (see :func:`kbsync.maintenance.rebuild.state_check`)."""
     return rb.state_check(plan, runtime_for(shadow), live_runtime(live, shadow))
 
 

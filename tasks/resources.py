@@ -13,7 +13,7 @@ import threading
 
 from pydantic import SecretStr
 
-from kbsync.app.runtime import Runtime, WorkerRuntime
+from kbsync.runtime import Runtime, WorkerRuntime
 from kbsync.settings import Settings
 
 _lock = threading.Lock()

@@ -41,7 +41,7 @@ def settings(tmp_path, monkeypatch):
 
 @pytest.fixture
 def runtime(settings):
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     rt = Runtime.open(settings)
     yield rt

@@ -196,11 +196,11 @@ def _ingest(args, settings) -> int:
     from kbsync.ingest.discover import parse_root, root_parameter
     from kbsync.models import SyncMode, display_text
 
-    from kbsync.ingest.identity import check_roots
+    from kbsync.catalog.identity import check_roots
 
     # A missing, empty or overlapping root is a usage error before any run exists.
     check_roots([parse_root(root) for root in args.roots], home=settings.home)
-    from kbsync.ingest.lock import refuse_if_held
+    from kbsync.catalog.lock import refuse_if_held
 
     refuse_if_held(settings, args.namespace)  # before Prefect starts, which costs seconds
     server = _start_early(settings, args)

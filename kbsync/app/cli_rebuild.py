@@ -55,7 +55,7 @@ def run_rebuild(args, settings) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     parse_modes(modes)  # usage errors before any run exists
     load_queries(args.queries)
-    from kbsync.ingest.lock import refuse_if_held
+    from kbsync.catalog.lock import refuse_if_held
 
     refuse_if_held(settings, args.namespace)  # an ingest runs: LockHeld before any flow run
     from flows.rebuild import rebuild  # imported late: Prefect's import costs seconds
@@ -81,8 +81,8 @@ def run_rebuild(args, settings) -> int:
 def _rollback(args, settings) -> int:
     import time
 
-    from kbsync.eval.rebuild import rollback
-    from kbsync.ingest.lock import ingest_lock
+    from kbsync.maintenance.rebuild import rollback
+    from kbsync.catalog.lock import ingest_lock
 
     started = time.perf_counter()
     with ingest_lock(settings, args.namespace, purpose="rollback"):
@@ -97,8 +97,8 @@ def _rollback(args, settings) -> int:
 
 
 def _restore(args, settings) -> int:
-    from kbsync.eval.rebuild import restore
-    from kbsync.ingest.lock import ingest_lock
+    from kbsync.maintenance.rebuild import restore
+    from kbsync.catalog.lock import ingest_lock
     from kbsync.store import open_store
 
     with ingest_lock(settings, args.namespace, purpose="restore"):

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from kbsync.app import cli_support
 from kbsync.app.cli_support import EXIT_OK, namespace_argument
@@ -94,7 +93,7 @@ def run_remove(args, settings) -> int:
 def _remove_from_previous(store, settings, target: Target) -> Removal | None:
     """The same removal from the collection a rollback would serve again (the rule: a
     removal applies to the previous collection too, so no rollback brings it back)."""
-    from kbsync.ingest.active import previous_collection
+    from kbsync.catalog.active import previous_collection
     from kbsync.ingest.remove import remove
 
     previous = previous_collection(settings, store)
@@ -126,19 +125,18 @@ def _confirm(planned: Removal, target: Target) -> bool:
     return answer in ("y", "yes")
 
 
-@contextmanager
-def _write_lock(settings, namespace: str) -> Iterator[None]:
-    """The ingest's write lock for ``namespace`` (see module doc)."""
+def _write_lock(settings, namespace: str):
+    """The ingest's write lock for ``namespace`` (the one policy of
+    :func:`kbsync.catalog.lock.ingest_lock`), with Prefect's limit injected against a
+    Qdrant server when a Prefect API is configured (see module doc)."""
+    from kbsync.catalog.lock import ingest_lock
+
+    distributed = None
     if settings.qdrant_url and os.environ.get("PREFECT_API_URL"):
-        from tasks.locking import run_lock  # imported late: Prefect's import costs seconds
+        from tasks.locking import prefect_limit  # imported late: Prefect's import costs seconds
 
-        with run_lock(settings, namespace, purpose="remove"):
-            yield
-        return
-    from kbsync.ingest.lock import ingest_lock
-
-    with ingest_lock(settings, namespace, purpose="remove"):
-        yield
+        distributed = prefect_limit
+    return ingest_lock(settings, namespace, purpose="remove", distributed=distributed)
 
 
 def _report(args, removal: Removal, line: str, *, confirmed: bool = True,

@@ -94,7 +94,7 @@ def k_argument(text: str) -> int:
 def load_settings(*, resolve_active: bool = True):
     """The :class:`~kbsync.settings.Settings` of the environment, aimed at the collection a
     ``kbsync rebuild`` made active (unless ``resolve_active`` is false: ``rebuild`` itself
-    wants the environment as written; see :mod:`kbsync.ingest.active`).
+    wants the environment as written; see :mod:`kbsync.catalog.active`).
 
     Raises:
         UsageError: one line per bad variable, naming it and the reason (values of
@@ -114,8 +114,8 @@ def load_settings(*, resolve_active: bool = True):
 
 def active_settings(settings):
     """``settings`` aimed at the active collection (after a rebuild's swap), with the
-    build settings it was made with (:func:`kbsync.ingest.active.resolve`)."""
-    from kbsync.ingest.active import resolve
+    build settings it was made with (:func:`kbsync.catalog.active.resolve`)."""
+    from kbsync.catalog.active import resolve
 
     return resolve(settings)
 

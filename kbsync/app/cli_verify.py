@@ -1,7 +1,7 @@
 """``kbsync verify [--namespace NS] [--repair] [--json]``: does the store hold what the state says?
 
-Plain library code (no Prefect server): :func:`kbsync.ingest.verify.verify` reads every
-chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.ingest.repair.repair`
+Plain library code (no Prefect server): :func:`kbsync.maintenance.verify.verify` reads every
+chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.maintenance.repair.repair`
 under the ingest write lock. Exit 0: no drift (after ``--repair``: none left);
 3: drift found (after ``--repair``: drift left, e.g. documents whose file is gone).
 """
@@ -26,8 +26,8 @@ def register(sub) -> None:
 
 def run_verify(args, settings) -> int:
     """The ``verify`` command; returns the exit code."""
-    from kbsync.app.runtime import Runtime
-    from kbsync.ingest.verify import VerifyReport, verify
+    from kbsync.runtime import Runtime
+    from kbsync.maintenance.verify import VerifyReport, verify
 
     removals: dict = {"pending_removals": [], "removals_finished": []}
     if not settings.qdrant_url and not settings.store_path.is_dir():
@@ -38,7 +38,7 @@ def run_verify(args, settings) -> int:
         try:
             aside = None
             if args.repair:
-                from kbsync.ingest.repair import set_aside_damaged
+                from kbsync.maintenance.repair import set_aside_damaged
 
                 aside = set_aside_damaged(runtime)
             _removals(runtime, args, removals)  # before verify: never rebuild what goes
@@ -47,13 +47,13 @@ def run_verify(args, settings) -> int:
                             namespace=args.namespace)
             result = after = None
             if args.repair and report.drifted():
-                from kbsync.ingest.repair import repair
+                from kbsync.maintenance.repair import repair
 
                 result, after = repair(runtime, report, namespace=args.namespace)
                 result.set_aside = str(aside) if aside else None
         finally:
             runtime.close()
-    from kbsync.ingest.active import unserved_collections
+    from kbsync.catalog.active import unserved_collections
 
     data = {**report.to_dict(), "repair": result.to_dict() if result else None,
             "remaining": (after if after is not None else report).drifted(), **removals,
@@ -68,7 +68,7 @@ def run_verify(args, settings) -> int:
 def _removals(runtime, args, removals: dict) -> None:
     """Interrupted ``kbsync remove`` runs: finished with ``--repair``, else reported."""
     from kbsync.ingest.remove import pending
-    from kbsync.ingest.repair import finish_removals
+    from kbsync.maintenance.repair import finish_removals
 
     if args.repair:
         removals["removals_finished"] = finish_removals(runtime, args.namespace)

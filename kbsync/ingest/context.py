@@ -3,7 +3,7 @@
 :class:`IngestConfig` is read once from :class:`~kbsync.settings.Settings` at the
 edge (the CLI, the flow, the API) and handed down; nothing under ``kbsync.ingest``
 reads the environment. :class:`IngestContext` names the live collaborators a
-step may use; :class:`kbsync.app.runtime.Runtime` is the one implementation
+step may use; :class:`kbsync.runtime.Runtime` is the one implementation
 (one per process: the embedded engine admits one handle per folder, and the
 local model loads once).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from kbsync.embed.base import Embedder
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.state import StateStore
 from kbsync.models import Document
 from kbsync.store.base import VectorStore
 from kbsync.text.chunk import ChunkConfig
@@ -84,12 +84,12 @@ class IngestContext(Protocol):
 
     @property
     def sparse(self) -> SparseEncoder:
-        """The collection's own BM25 encoder (:func:`kbsync.ingest.identity.sparse_encoder`)."""
+        """The collection's own BM25 encoder (:func:`kbsync.catalog.identity.sparse_encoder`)."""
 
     @property
     def ocr_key(self) -> str:
         """OCR engine, version, languages and dpi, or ``off``: part of the fingerprint of
-        documents that had scanned pages (:func:`kbsync.ingest.state.document_fingerprint`)."""
+        documents that had scanned pages (:func:`kbsync.catalog.state.document_fingerprint`)."""
 
     def accepts(self, path: Path) -> bool:
         """Whether discovery keeps ``path`` (images only with OCR on)."""

@@ -44,7 +44,7 @@ from typing import Sequence
 from kbsync.convert import SUPPORTED_EXTENSIONS, convert
 from kbsync.convert.isolate import IsolatedConverter
 from kbsync.errors import KbsyncError
-from kbsync.ingest.active import build_of, resolve
+from kbsync.catalog.active import build_of, resolve
 from kbsync.models import RootSpec
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer

@@ -9,8 +9,8 @@ from typing import Sequence
 
 from kbsync.errors import ErrorCode, MassDeleteRefused
 from kbsync.ingest.discover import Discovery, discover
-from kbsync.ingest.state import Plan, PlanItem, plan_files
-from kbsync.ingest.verify import StoreCheck, check_root, damaged_documents
+from kbsync.ingest.classify import Plan, PlanItem, plan_files
+from kbsync.catalog.checks import StoreCheck, check_root, damaged_documents
 from kbsync.models import PlanAction, RootSpec, SyncMode, display_path
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def plan_root(
     """Discover ``root`` and diff it against the stored state. Writes nothing.
 
     The root's chunk count is checked against its records (one exact count,
-    :func:`kbsync.ingest.verify.check_root`); when they differ, the points of each of
+    :func:`kbsync.catalog.checks.check_root`); when they differ, the points of each of
     its documents are counted, and those whose count differs from the record
     are planned ``changed`` with ``repair=True`` (counted in ``repaired``). Recorded
     documents discovery could not read are kept (``kept_unreadable``), never deleted.

@@ -3,7 +3,7 @@
 Write order, the crash-safe one of :func:`kbsync.ingest.write.delete_documents`: an
 intent record first (:data:`REMOVAL`, a meta record naming the target), then the
 points, then the documents' state records, then the root bindings
-(:mod:`kbsync.ingest.identity`), and last the intent record. A crash in between leaves
+(:mod:`kbsync.catalog.identity`), and last the intent record. A crash in between leaves
 records without points and the intent: ``kbsync verify --repair``, the next ingest of the
 namespace or a second ``remove`` finishes the removal (:func:`finish_pending`) instead of
 rebuilding the documents from their files; it never leaves searchable points without a
@@ -12,7 +12,7 @@ deleted by filter, so points of a document whose record was never committed (a
 crash during its first write) go too. The embedding cache is left alone: it is
 a cache, and it serves the texts again if the share comes back.
 
-Callers hold the ingest's write lock (:func:`kbsync.ingest.lock.ingest_lock`) around
+Callers hold the ingest's write lock (:func:`kbsync.catalog.lock.ingest_lock`) around
 :func:`remove`; :func:`measure` only reads.
 """
 
@@ -21,14 +21,12 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-from kbsync.ingest.state import META_KEY, StateStore, utc_now
+from kbsync.catalog.identity import ROOT_BINDING
+from kbsync.catalog.state import META_KEY, StateStore, utc_now
 from kbsync.store.base import Filter, VectorStore
 
 log = logging.getLogger(__name__)
 
-ROOT_BINDING = "root"
-"""Meta kind of a root binding (:mod:`kbsync.ingest.identity` writes them and imports this
-name: identity finishes interrupted removals, so this module cannot import it)."""
 REMOVAL = "removal"
 """Meta kind of a removal's intent record: written before anything is deleted, deleted last."""
 WHOLE_NAMESPACE = "*"  # the intent record's ``removal_root`` for a namespace removal
@@ -151,7 +149,7 @@ def _intent_filter(namespace: str | None, target: Target | None = None) -> Filte
 
 
 def bindings_filter(target: Target) -> Filter:
-    """The root-binding records of the target (see :mod:`kbsync.ingest.identity`).
+    """The root-binding records of the target (see :mod:`kbsync.catalog.identity`).
 
     A binding records which path a root NAME stands for in a namespace; once
     the root's documents are gone it must go too, so that the NAME can be

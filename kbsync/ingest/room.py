@@ -10,7 +10,7 @@ from typing import Sequence
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.plan import RootPlan
 from kbsync.ingest.stages import DocWork, StageResult, heal_stage, write_stage
-from kbsync.ingest.state import PlanItem
+from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.write import delete_documents, touch_states
 from kbsync.models import PlanAction
 from kbsync.store import diskspace

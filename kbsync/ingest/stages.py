@@ -26,8 +26,10 @@ from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalErr
                            LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.ingest.counters import Count
-from kbsync.ingest.state import PlanItem, document_fingerprint
-from kbsync.ingest.write import PreparedDoc, heal_document, write_document
+from kbsync.catalog.state import document_fingerprint
+from kbsync.ingest.classify import PlanItem
+from kbsync.catalog.schema import PreparedDoc
+from kbsync.ingest.write import heal_document, write_document
 
 log = logging.getLogger(__name__)
 

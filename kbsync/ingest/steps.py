@@ -16,11 +16,12 @@ import functools
 import time
 from typing import Callable, Sequence
 
-from kbsync.ingest import identity, room, verify
+from kbsync.catalog import checks as verify
+from kbsync.ingest import identity, room
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.plan import DeleteGuard, RootPlan, plan_root, preflight_root
 from kbsync.ingest.stages import StageResult, chunk_stage, convert_stage, embed_stage
-from kbsync.ingest.state import PlanItem
+from kbsync.ingest.classify import PlanItem
 from kbsync.models import RootSpec, SyncMode
 from kbsync.text.chunk import ChunkConfig
 

@@ -3,7 +3,7 @@
 The same checks in the same order as a file ingest (:mod:`kbsync.ingest.runner`):
 under the write lock, the embedder identity, its record, the collection check, and
 that no root owns the doc_id (:func:`check_owner`);
-then the plan rule of :func:`kbsync.ingest.state.plan_files`, and the chunk,
+then the plan rule of :func:`kbsync.ingest.classify.plan_files`, and the chunk,
 embed and upsert steps a batch of files goes through. Only conversion is
 skipped: the text is the Markdown. Unlike a file, whose failure is reported and
 the run goes on, the one document's failure is raised.
@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 from kbsync import errors
 from kbsync.errors import EmbeddingOutage, EmptyDocument, KbsyncError, RootConflict
-from kbsync.ingest import identity, steps
+from kbsync.ingest import steps
+from kbsync.catalog import identity
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.executor import CONTEXT, Executor
 from kbsync.ingest.stages import DocWork, StageResult
-from kbsync.ingest.state import PlanItem
+from kbsync.ingest.classify import PlanItem
 from kbsync.models import DocState, DocStatus, Document, Failure, PlanAction, SourceFile
 
 
@@ -45,7 +46,7 @@ class TextOutcome:
 
 
 def plan_text(ctx: IngestContext, source: SourceFile, namespace: str) -> PlanItem:
-    """The plan rule of :func:`kbsync.ingest.state.plan_files` for a text whose hash is known."""
+    """The plan rule of :func:`kbsync.ingest.classify.plan_files` for a text whose hash is known."""
     previous = ctx.states.get(namespace, source.doc_id)
     if previous is None:
         return PlanItem(PlanAction.NEW, source, None)

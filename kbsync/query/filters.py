@@ -4,7 +4,7 @@ Plain core code shared by ``kbsync search/ask/eval``, :mod:`kbsync.api` and
 ``kbsync.search(...)``. Every filter is ANDed with the mandatory namespace
 filter (:func:`kbsync.query.search.namespace_filter`); none of them widens it.
 
-Payload fields they match (written by :func:`kbsync.ingest.write.build_points`,
+Payload fields they match (written by :func:`kbsync.catalog.schema.build_points`,
 each with a payload index, see ``CHUNK_INDEXES``):
 
 - ``root``: the root NAME given to ``kbsync ingest`` (exact);
@@ -14,7 +14,7 @@ each with a payload index, see ``CHUNK_INDEXES``):
 - ``source_type``: what the converter made of the file (:data:`SOURCE_TYPES`);
 - ``modified``: the file's mtime in whole epoch seconds, at ingest time.
 
-Limits: chunks written before payload version 2 (``kbsync.ingest.write.PAYLOAD_VERSION``)
+Limits: chunks written before payload version 2 (``kbsync.catalog.schema.PAYLOAD_VERSION``)
 lack ``folders`` and ``modified`` and never match those two filters; search
 says so in a note (see :func:`stale_note`), and the next ``kbsync ingest``
 rewrites them.
@@ -218,7 +218,7 @@ def stale_note(store: VectorStore, collection: str, flt: Filter,
     """
     if not filters.uses_new_fields:
         return None
-    from kbsync.ingest.write import PAYLOAD_VERSION  # late: the CLI parser imports this module
+    from kbsync.catalog.schema import PAYLOAD_VERSION  # late: the CLI parser imports this module
 
     key = (id(store), collection, repr(flt))
     now = time.monotonic()

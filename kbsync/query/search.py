@@ -43,7 +43,7 @@ from kbsync.query import expand
 from kbsync.query.filters import SearchFilters, stale_note
 from kbsync.errors import KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
-from kbsync.ingest.identity import check_query_embedder
+from kbsync.catalog.identity import check_query_embedder
 from kbsync.models import SearchHit
 from kbsync.text.sparse import SparseEncoder
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
@@ -144,7 +144,7 @@ def search(
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
         UsageError: a malformed filter value.
         EmbedderMismatch: the collection was built with another embedder
-            (see :mod:`kbsync.ingest.identity`).
+            (see :mod:`kbsync.catalog.identity`).
         KbsyncError: the store or the embedding model failed (a failing chat
             model only adds a note).
     """
@@ -333,9 +333,9 @@ def search_kb(
     """
     from kbsync.settings import Settings
 
-    from kbsync.ingest.active import resolve
+    from kbsync.catalog.active import resolve
 
-    # The collection a rebuild made active, with its own model (kbsync.ingest.active).
+    # The collection a rebuild made active, with its own model (kbsync.catalog.active).
     settings = resolve(settings if settings is not None else Settings(), store)
     if service is None:
         from kbsync.embed import build_embedding_service

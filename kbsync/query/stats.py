@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kbsync.ingest.identity import stored_embedder
+from kbsync.catalog.identity import stored_embedder
 from kbsync.settings import Settings
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.state import StateStore
 from kbsync.store.base import Filter, VectorStore
 
 

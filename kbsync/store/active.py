@@ -23,7 +23,7 @@ stores that were never rebuilt behave exactly as before. The embedded pointer al
 carries each collection's *build* settings (embedding model, chunking), so
 commands can serve the active collection with its own model without opening the
 store first; on a server they live in the physical state collection (see
-:mod:`kbsync.ingest.active`).
+:mod:`kbsync.catalog.active`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 
 from kbsync import api
 from kbsync.errors import LockHeld, UsageError
-from kbsync.ingest.lock import ingest_lock_path, write_lock
+from kbsync.catalog.lock import ingest_lock_path, write_lock
 
 TEXT = ("# Key rotation\n\nTessera API keys must be rotated every 90 days. A rotated key keeps "
         "working for a 24-hour grace period.\n\n## Revocation\n\nRevoked keys answer 401.")

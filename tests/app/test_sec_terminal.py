@@ -32,7 +32,7 @@ RAW_CONTROLS = ("\x1b", "\u202e", "\x9b")
 @pytest.fixture
 def indexed(tmp_path: Path, settings) -> Path:
     """A store holding one document per hostile name (each with the word ``marker``)."""
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
 

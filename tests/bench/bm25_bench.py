@@ -44,7 +44,7 @@ GRID = [(1.2, 0.75, 50.0), (1.5, 0.75, 50.0), (0.9, 0.4, 50.0), (1.2, 0.5, 50.0)
 
 def _chunks(work: Path, set_name: str, chunk_tokens: int = 400) -> list[tuple[str, str]]:
     """(doc_id, contextual text) of every chunk retrieval_bench stored for the set."""
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.settings import Settings
     from kbsync.text.context import contextual_text
 

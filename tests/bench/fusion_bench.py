@@ -58,7 +58,7 @@ def _ndcg(candidates, weight: float) -> float:
 
 
 def main() -> None:
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.eval.run import load_queries
     from kbsync.query.fusion import fusion_for
     from kbsync.settings import Settings

@@ -49,7 +49,7 @@ def _child(kind: str, share: str) -> None:
     from kbsync.ingest.discover import parse_root
 
     if kind == "plain":
-        from kbsync.app.runtime import Runtime
+        from kbsync.runtime import Runtime
         from kbsync.ingest.runner import run_plain
         from kbsync.settings import Settings
 

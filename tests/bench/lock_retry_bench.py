@@ -2,7 +2,7 @@
 
     python tests/bench/lock_retry_bench.py [--cycles 2000] [--rounds 50] [--poll-s 0.05]
         [--calls 100000] [--fail-calls 20000]
-        [--baseline-lock ba4a59d^:kbsync/ingest/lock.py]
+        [--baseline-lock ba4a59d^:kbsync/catalog/lock.py]
         [--baseline-retry 2c54570^:kbsync/embed/service.py]
 
 Issue 12 replaced the hand-written write lock with ``filelock`` (commit ba4a59d) and
@@ -13,7 +13,7 @@ the hand-written retry loops with ``tenacity`` (:mod:`kbsync.retrying`, commit
 The baseline is read from git history at run time (``git show REV:PATH``), written
 to a temporary folder and imported as a module:
 
-- lock: the old ``kbsync/ingest/lock.py`` is imported whole (its one kbsync import,
+- lock: the old ``kbsync/catalog/lock.py`` is imported whole (its one kbsync import,
   ``kbsync.errors.LockHeld``, resolves to today's module);
 - retry: the old loop was not a function of its own but the methods
   ``EmbeddingService._retrying`` and ``EmbeddingService._delay`` of the old
@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a plain script from anywhere
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_BASELINE_LOCK = "ba4a59d^:kbsync/ingest/lock.py"
+DEFAULT_BASELINE_LOCK = "ba4a59d^:kbsync/catalog/lock.py"
 DEFAULT_BASELINE_RETRY = "2c54570^:kbsync/embed/service.py"
 RETRY_CLASS = "EmbeddingService"
 RETRY_METHODS = ("_retrying", "_delay")
@@ -288,7 +288,7 @@ def main() -> None:
     logging.getLogger().setLevel(logging.ERROR)
 
     from kbsync.errors import EmbeddingTransientError
-    from kbsync.ingest import lock as current_lock
+    from kbsync.catalog import lock as current_lock
 
     with tempfile.TemporaryDirectory(prefix="lock_retry_bench_") as tmp:
         folder = Path(tmp)

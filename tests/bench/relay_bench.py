@@ -81,7 +81,7 @@ def child(home: Path, points: int) -> None:
     (plain ingest, print seconds), ``quit``. Opens the store as the ingest flow does."""
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.settings import Settings
 
     runtime = Runtime.open(Settings(home=home, embed_provider="hash", convert_isolation=False,

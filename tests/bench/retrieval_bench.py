@@ -92,7 +92,7 @@ def measure(set_name: str, model: str, work: Path, chunk_tokens: int | None,
             modes: list[str], contextual: bool = False) -> dict[str, dict]:
     """Ingest one set with one embedder (if not done yet) and score every mode."""
     from kbsync.eval.run import aggregate, load_queries, parse_modes, run_mode
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     share = Path(os.environ.get("KBSYNC_EVAL_SHARES", Path.home() / ".cache" / "kbsync-eval"))
     home = work / f"{set_name}-{model}-{chunk_tokens or 'default'}{'-ctx' if contextual else ''}"

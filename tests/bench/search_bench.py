@@ -133,7 +133,7 @@ def load(store, size: int, rnd: random.Random, words, weights) -> float:
 
 def _filter_fields(doc: int) -> dict:
     """The filter payload of a chunk of document ``doc`` (as ``build_points`` writes it)."""
-    from kbsync.ingest.write import PAYLOAD_VERSION, folders_of
+    from kbsync.catalog.schema import PAYLOAD_VERSION, folders_of
 
     rel = f"{FOLDERS[(doc // 7) % len(FOLDERS)]}/doc-{doc}.md"
     # modified spreads over 100 days in 1,000 steps, documents shuffled over them: "since"
@@ -195,7 +195,7 @@ def measure(store, service, queries: list[str], k: int) -> dict[str, tuple[float
 def _count_cost(store, n: int) -> tuple[float, float]:
     """p50/p95 ms of the exact count behind the old-chunk note (search() reuses a clean
     answer for ``CLEAN_TTL_S``, so the filtered search() rows pay it once per namespace)."""
-    from kbsync.ingest.write import PAYLOAD_VERSION
+    from kbsync.catalog.schema import PAYLOAD_VERSION
     from kbsync.query.filters import count_old
     from kbsync.query.search import namespace_filter
 
@@ -222,7 +222,7 @@ def _check_filtered(hits, filters) -> None:
 def run(size: int, n_queries: int, k: int) -> dict:
     """Load one store of ``size`` points and measure it."""
     from kbsync.store.edge import EdgeStore
-    from kbsync.ingest.write import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
+    from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
 
     rnd = random.Random(42)
     words, weights = _vocabulary(rnd)

@@ -56,7 +56,7 @@ def _pages(paths: list[Path]) -> int:
 
 def measure_share(name: str, count: int | None, work: Path) -> tuple[dict, list[str]]:
     """One share through the stages; its figures and its chunk texts."""
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.ingest import room, steps
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.stages import chunk_stage, convert_stage, embed_stage

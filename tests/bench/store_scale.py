@@ -198,11 +198,7 @@ def _load(store, size: int, pool, log) -> dict:
 
 def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.stderr)) -> dict:
     """Load ``size`` points with a reader thread running, then measure; see module doc."""
-    from kbsync.ingest.write import (
-        CHUNK_BOOL_INDEXES,
-        CHUNK_INDEXES,
-        CHUNK_INTEGER_INDEXES,
-    )
+    from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
     from kbsync.store.edge import EdgeStore
 
     words, weights = sb._vocabulary(random.Random(42))

@@ -27,7 +27,7 @@ def _measure(share: Path, home: Path) -> tuple[float, float, dict]:
     from kbsync.ingest.discover import parse_root
     from kbsync.embed import clear_service_cache
     from kbsync.ingest.runner import run_plain
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.settings import Settings
 
     os.environ.update(KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash")

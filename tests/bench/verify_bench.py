@@ -7,11 +7,11 @@ Loads ``chunks`` chunk points (hash vectors, the payload ``build_points`` writes
 store, then times, each the median of 5 runs:
 
 - ``load``: the root's state records, as every ingest's plan reads them anyway;
-- ``check``: :func:`kbsync.ingest.verify.check_root` on a sound store, what every
+- ``check``: :func:`kbsync.catalog.checks.check_root` on a sound store, what every
   ingest adds per root (one exact count; no chunk point read);
 - ``namespace sum``: what a per-namespace check would add instead (the
   namespace's records read again to sum them, plus one count);
-- ``damaged``: :func:`kbsync.ingest.verify.damaged_documents` after one document lost
+- ``damaged``: :func:`kbsync.catalog.checks.damaged_documents` after one document lost
   its points (one exact count per document: the repair path only);
 - ``verify``: ``kbsync verify``'s full scan (every chunk point with its payload).
 """
@@ -33,8 +33,8 @@ if str(ROOT) not in sys.path:  # run as a plain script from anywhere
 
 def _load(runtime, chunks: int, per_doc: int) -> None:
     from kbsync.models import Chunk, DocState, DocStatus, SourceFile
-    from kbsync.ingest.state import utc_now
-    from kbsync.ingest.write import PreparedDoc, build_points
+    from kbsync.catalog.state import utc_now
+    from kbsync.catalog.schema import PreparedDoc, build_points
 
     points, states = [], []
     for d in range(chunks // per_doc):
@@ -69,10 +69,11 @@ def _median(fn, runs: int = 5) -> float:
 
 def bench(chunks: int, per_doc: int) -> dict:
     """Times (seconds) of the four operations on one fresh store."""
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.settings import Settings
     from kbsync.store.base import Filter
-    from kbsync.ingest.verify import check_root, damaged_documents, load_documents, verify
+    from kbsync.catalog.checks import check_root, damaged_documents, load_documents
+    from kbsync.maintenance.verify import verify
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.update(KBSYNC_HOME=tmp, KBSYNC_EMBED_PROVIDER="hash")

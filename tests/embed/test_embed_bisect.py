@@ -23,7 +23,7 @@ from kbsync.embed.bisect import bisect_budget
 from kbsync.embed.openai_provider import OpenAIEmbedder
 from kbsync.errors import InputRejected
 from kbsync.ingest.runner import run_plain
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.settings import Settings
 from tests.fake_openai import Fault, FakeOpenAIServer
 

@@ -16,7 +16,7 @@ from kbtest import write_tree
 from kbsync.embed import build_embedding_service
 from kbsync.errors import EmbedderMismatch
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.identity import stored_embedder
+from kbsync.catalog.identity import stored_embedder
 from kbsync.ingest.runner import run_plain
 from kbsync.query.search import search
 from kbsync.settings import Settings

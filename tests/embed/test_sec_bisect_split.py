@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.embed import EmbeddingService, clear_service_cache
 from kbsync.embed.bisect import bisect_budget
 from kbsync.embed.openai_provider import OpenAIEmbedder

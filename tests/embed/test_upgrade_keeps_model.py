@@ -23,8 +23,8 @@ KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 _ADD = """
 import json, sys
 from kbsync import api
-from kbsync.ingest.identity import stored_embedder
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.identity import stored_embedder
+from kbsync.catalog.state import StateStore
 from kbsync.settings import Settings
 for doc_id, text in json.loads(sys.stdin.read()).items():
     result = api.add_text(text, doc_id, namespace="notes")
@@ -79,6 +79,6 @@ def test_a_store_of_the_previous_default_answers_with_every_default(tmp_path) ->
 
 
 def test_the_record_kind_read_is_the_one_identity_writes() -> None:
-    from kbsync.ingest import identity, model_keep
+    from kbsync.catalog import identity, model_keep
 
     assert model_keep.EMBEDDER_RECORD == identity.EMBEDDER

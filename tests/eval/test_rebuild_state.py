@@ -3,11 +3,11 @@ engine, hash embeddings, the plain ingest runner (no Prefect)."""
 
 from __future__ import annotations
 
-from kbsync.app.runtime import Runtime
-from kbsync.eval import rebuild as rb
+from kbsync.runtime import Runtime
+from kbsync.maintenance import rebuild as rb
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.state import StateStore
 from kbsync.models import SyncMode
 from kbsync.text.chunk import chunk_budget
 from kbtest import write_tree

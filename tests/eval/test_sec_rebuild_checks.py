@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.errors import MassDeleteRefused, StoreError, UsageError
-from kbsync.eval import rebuild as rb
-from kbsync.eval import rebuild_checks as checks
+from kbsync.maintenance import rebuild as rb
+from kbsync.maintenance import rebuild_checks as checks
 from kbsync.eval.queries import EvalQuery
-from kbsync.ingest import active
+from kbsync.catalog import active
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.remove import Target, remove
 from kbsync.ingest.runner import run_plain
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.state import StateStore
 from kbsync.models import SyncMode
 from kbsync.store import active as pointer
 from kbsync.text.chunk import chunk_budget

@@ -181,7 +181,7 @@ def test_closed_qdrant_port_is_one_line_naming_the_url(tmp_path):
 
 def test_a_held_lock_is_refused_before_the_run_naming_holder_and_namespace(prefect_api,
                                                                         tmp_path, settings):
-    from kbsync.ingest.lock import ingest_lock
+    from kbsync.catalog.lock import ingest_lock
 
     env = _env(settings.home, prefect_api)
     share = _share(tmp_path / "share", "a")
@@ -201,7 +201,7 @@ def test_a_held_lock_is_refused_before_the_run_naming_holder_and_namespace(prefe
 @pytest.mark.slow
 def test_run_failures_print_one_line_and_one_object_with_the_counts(prefect_api, tmp_path,
                                                                     settings):
-    from kbsync.ingest.lock import ingest_lock
+    from kbsync.catalog.lock import ingest_lock
 
     share = _share(tmp_path / "share", "a")
     # 1. The lock taken inside the flow (waiting is allowed, then refused).
@@ -245,7 +245,7 @@ def _stats(env) -> dict:
 
 @pytest.mark.slow
 def test_remove_a_root_then_a_namespace(prefect_api, tmp_path, settings):
-    from kbsync.ingest.lock import ingest_lock
+    from kbsync.catalog.lock import ingest_lock
 
     env = _env(settings.home, prefect_api)
     a, b, c = (_share(tmp_path / n, n, count) for n, count in (("a", 3), ("b", 2), ("c", 1)))
@@ -299,7 +299,7 @@ def test_remove_asks_on_a_terminal(tmp_path, settings):
 
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     runtime = Runtime.open(settings)
     try:

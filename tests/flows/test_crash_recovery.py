@@ -55,7 +55,7 @@ def _ingest(env, share: Path, *, kill_after: float | None = None) -> tuple[int, 
 
 
 def _snapshot(home: Path) -> tuple[dict, dict]:
-    from kbsync.ingest.state import is_meta
+    from kbsync.catalog.state import is_meta
     from kbsync.store.edge import EdgeStore
 
     store = EdgeStore(home / "qdrant")

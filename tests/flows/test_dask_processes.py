@@ -11,7 +11,7 @@ import shutil
 from prefect.client.orchestration import get_client
 
 from flows.ingest import ingest
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.settings import Settings
 from kbtest import SAMPLE, write_tree
 

@@ -41,7 +41,7 @@ def sample_kb(settings, tmp_path):
     """data/sample ingested (plain loop, hash embedder) into the test's store, then closed."""
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     share = tmp_path / "sample"
     shutil.copytree(SAMPLE, share)

@@ -85,7 +85,7 @@ def _root_run_started(api: str) -> bool:
 
 def _consistent_index(home: Path) -> dict[str, int]:
     """doc_id -> chunk_count, asserting every state record has exactly its points."""
-    from kbsync.ingest.state import StateStore
+    from kbsync.catalog.state import StateStore
     from kbsync.store.base import Filter
     from kbsync.store.edge import EdgeStore
 

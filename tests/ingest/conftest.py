@@ -13,7 +13,7 @@ def adapter_runtime(request, runtime, tmp_path):
     if request.param == "edge":
         yield runtime
         return
-    from kbsync.ingest.state import StateStore
+    from kbsync.catalog.state import StateStore
     from kbsync.store.server import ServerStore
 
     store = ServerStore.local(tmp_path / "qdrant-local")

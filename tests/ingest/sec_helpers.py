@@ -22,7 +22,7 @@ needs_capsh = pytest.mark.skipif(
 
 _PLAIN_INGEST = """
 import json, sys
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
@@ -56,7 +56,7 @@ def _quote(arg: str) -> str:
 
 def indexed(settings) -> dict[str, str]:
     """doc_id -> text of every chunk point in the store (the store closed again)."""
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     runtime = Runtime.open(settings, with_embedder=False)
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from kbsync.ingest import active
+from kbsync.catalog import active
 from kbsync.settings import Settings
 from kbsync.store.active import ActiveRecord
 

@@ -28,7 +28,8 @@ from kbsync.ingest.runner import run_plain
 from kbsync.models import Document
 from kbsync.ingest.stages import chunk_stage, convert_stage
 from kbsync.query.search import search
-from kbsync.ingest.state import StateStore, plan_files
+from kbsync.catalog.state import StateStore
+from kbsync.ingest.classify import plan_files
 
 FILES = {"a.md": "# A\n\nalpha apples.", "b.md": "# B\n\nbravo bananas.",
          "poison.md": "# P\n\nPOISON pears.", "c.md": "# C\n\ncharlie cherries."}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.embed.base import TextKind
 from kbsync.embed.hash import HashEmbedder
 from kbsync.ingest.runner import run_plain

@@ -18,12 +18,12 @@ from kbsync import api
 from kbsync.ingest.discover import parse_root
 from kbsync.embed import build_embedding_service
 from kbsync.errors import EmbedderMismatch
-from kbsync.ingest.identity import EMBEDDER, stored_embedder
+from kbsync.catalog.identity import EMBEDDER, stored_embedder
 from kbsync.ingest.runner import run_plain
 from kbsync.query.search import search
 from kbsync.settings import DEFAULT_LOCAL_MODEL, Settings
 from kbsync.text.sparse import SPARSE_VERSION
-from kbsync.ingest.state import META_KEY, StateStore
+from kbsync.catalog.state import META_KEY, StateStore
 from kbsync.query.stats import collect_stats
 from kbsync.store.base import Filter
 

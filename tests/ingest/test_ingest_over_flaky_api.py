@@ -19,7 +19,7 @@ from kbsync.store.base import Filter
 
 def test_every_document_becomes_searchable_despite_20_percent_faults(tmp_path, monkeypatch):
     from kbsync.embed import clear_service_cache
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.settings import Settings
 
     rng = random.Random(7)

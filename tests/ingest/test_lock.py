@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kbsync.errors import LockHeld
-from kbsync.ingest.lock import lock_path, probe, write_lock
+from kbsync.catalog.lock import lock_path, probe, write_lock
 
 
 def test_second_writer_is_refused_with_the_holders_pid(tmp_path):
@@ -89,7 +89,7 @@ def test_probe_creates_nothing(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from kbsync.ingest.lock import write_lock
+from kbsync.catalog.lock import write_lock
 with write_lock(Path(sys.argv[1]), namespace="default", purpose="ingest"):
     print("held", flush=True)
     time.sleep(120)

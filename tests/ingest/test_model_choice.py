@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kbsync.ingest.active import resolve
+from kbsync.catalog.active import resolve
 from kbsync.ingest.model_choice import CJK_SHARE, MULTILINGUAL_MODEL, choose_model
 from kbsync.models import RootSpec
 from kbsync.settings import DEFAULT_LOCAL_MODEL, Settings

@@ -12,10 +12,11 @@ from __future__ import annotations
 import pymupdf
 import pytest
 
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
-from kbsync.ingest.state import OCR_OFF, document_fingerprint, plan_files
+from kbsync.catalog.state import OCR_OFF, document_fingerprint
+from kbsync.ingest.classify import plan_files
 from kbsync.models import DocState, DocStatus, PlanAction, SourceFile
 from kbsync.settings import Settings
 from kbsync.store.base import Filter

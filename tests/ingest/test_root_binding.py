@@ -15,10 +15,10 @@ import pytest
 from kbtest import write_tree
 from kbsync.ingest.discover import parse_root
 from kbsync.errors import RootConflict, UsageError
-from kbsync.ingest.identity import ROOT_BINDING
+from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
-from kbsync.ingest.state import META_KEY
+from kbsync.catalog.state import META_KEY
 from kbsync.query.stats import collect_stats
 from kbsync.store.base import Filter
 

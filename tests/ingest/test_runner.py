@@ -17,7 +17,7 @@ from kbsync.errors import EmbeddingOutage, LockHeld, StoreUnavailable, UsageErro
 from kbsync.ingest import steps
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.executor import CONTEXT, InProcess, bind
-from kbsync.ingest.lock import ingest_lock
+from kbsync.catalog.lock import ingest_lock
 from kbsync.ingest.run_counts import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest, run_plain
 from kbsync.models import SyncMode
@@ -141,8 +141,8 @@ def test_a_failure_between_upsert_and_commit_converges_on_rerun(settings, tmp_pa
     exactly the index (points and state records) of a clean run."""
     from dataclasses import replace
 
-    from kbsync.app.runtime import Runtime
-    from kbsync.ingest.state import StateStore
+    from kbsync.runtime import Runtime
+    from kbsync.catalog.state import StateStore
 
     share = _share(tmp_path, {"a.md": "# A\n\nalpha", "b.md": "# B\n\nbeta", "c.md": "# C\n\ngamma"})
     clean_settings = settings.model_copy(update={"home": tmp_path / "clean"})

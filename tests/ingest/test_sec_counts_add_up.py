@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.embed import clear_service_cache
 from kbsync.errors import EmbeddingPermanentError
 from kbsync.ingest.discover import parse_root

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from kbsync.errors import LockHeld
-from kbsync.ingest import lock as lockmod
-from kbsync.ingest.lock import probe, write_lock
+from kbsync.catalog import lock as lockmod
+from kbsync.catalog.lock import probe, write_lock
 
 RECORD_AND_EXIT = r"""
 import sys
 from pathlib import Path
-from kbsync.ingest.lock import write_lock
+from kbsync.catalog.lock import write_lock
 with write_lock(Path(sys.argv[1]), namespace="old-run", purpose="ingest"):
     pass
 """
@@ -36,7 +36,7 @@ import fcntl, sys
 from pathlib import Path
 path = Path(sys.argv[1])
 if sys.argv[2] == "record":
-    from kbsync.ingest.lock import write_lock
+    from kbsync.catalog.lock import write_lock
     held = write_lock(path, namespace="live-run", purpose="ingest")
     held.__enter__()
 else:

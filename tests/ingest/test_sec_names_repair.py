@@ -22,10 +22,10 @@ from pydantic import ValidationError
 
 from kbtest import KBSYNC, write_tree
 from kbsync import api
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.errors import RootConflict
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.identity import ROOT_BINDING
+from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest.runner import run_plain
 from kbsync.settings import Settings
 from kbsync.store.base import Filter
@@ -82,7 +82,7 @@ def _contents(settings) -> dict:
 # -- a killed `kbsync remove` ------------------------------------------------------------------
 _KILLED_REMOVE = """
 import os, signal, sys
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.ingest.remove import Target, remove
 from kbsync.settings import Settings
 

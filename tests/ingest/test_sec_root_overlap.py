@@ -12,7 +12,7 @@ import pytest
 from kbtest import write_tree
 from kbsync.errors import RootConflict
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.identity import ROOT_BINDING
+from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
 from kbsync.store.base import Filter

@@ -90,7 +90,7 @@ class _SwapAfterPlan(logging.Handler):
 
 @pytest.fixture(params=["in-process", "isolated"])
 def any_runtime(request, settings, monkeypatch):
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.settings import Settings
 
     if request.param == "isolated":  # the default: conversion in worker processes

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from kbtest import write_tree
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.errors import UsageError
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.identity import EMBEDDER, stored_embedder
+from kbsync.catalog.identity import EMBEDDER, stored_embedder
 from kbsync.ingest.runner import run_plain
-from kbsync.ingest.state import META_KEY, utc_now
+from kbsync.catalog.state import META_KEY, utc_now
 from kbsync.query.search import search
 from kbsync.store.base import Filter
 from kbsync.text.sparse import CURRENT, LEGACY

@@ -24,7 +24,7 @@ from kbsync.errors import EmbeddingPermanentError, EmbeddingTransientError
 from kbsync.ingest.discover import discover, parse_root
 from kbsync.ingest.stages import (RUN_LEVEL_ERRORS, StageResult, chunk_stage, convert_stage,
                                   embed_stage, failure_of, heal_stage, merge, write_stage)
-from kbsync.ingest.state import plan_files
+from kbsync.ingest.classify import plan_files
 from kbsync.models import DocStatus, Failure, PlanAction
 from kbsync.store.base import Filter
 from kbsync.text.chunk import ChunkConfig

@@ -1,4 +1,4 @@
-"""kbsync.ingest.state: the plan rules, the settings fingerprint and the state records.
+"""kbsync.catalog.state and kbsync.ingest.classify: the plan rules, the settings fingerprint and the state records.
 
 The plan is computed from real files (found by :func:`discover`) against hand-made
 records; the records live in the real embedded store. Planning writes nothing and
@@ -15,8 +15,8 @@ import pytest
 
 from kbsync.errors import ErrorCode
 from kbsync.ingest.discover import discover, hash_file, parse_root
-from kbsync.ingest.state import (REPAIR_FINGERPRINT, StateStore, fingerprint, is_meta,
-                                 plan_files, stable_hash)
+from kbsync.catalog.state import REPAIR_FINGERPRINT, StateStore, fingerprint, is_meta, stable_hash
+from kbsync.ingest.classify import plan_files
 from kbsync.models import DocState, DocStatus, PlanAction, SourceFile
 from kbsync.store.edge import EdgeStore
 from kbtest import write_tree

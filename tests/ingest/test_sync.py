@@ -190,7 +190,7 @@ def test_rename_is_delete_plus_add_served_by_the_cache(runtime, tmp_path):
 
 def test_fingerprint_change_reprocesses_without_new_embeddings(settings, tmp_path,
                                                                monkeypatch):
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     share = tmp_path / "share"
     write_tree(share, docs(3))

@@ -25,12 +25,13 @@ from kbsync.ingest.discover import parse_root
 from kbsync.embed import build_embedding_service
 from kbsync.ingest.runner import run_plain
 from kbsync.models import DocStatus
-from kbsync.ingest.repair import repair
-from kbsync.app.runtime import Runtime
+from kbsync.maintenance.repair import repair
+from kbsync.runtime import Runtime
 from kbsync.text.sparse import encode_document
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.state import StateStore
 from kbsync.store.base import Filter, Point
-from kbsync.ingest.verify import check_root, verify
+from kbsync.catalog.checks import check_root
+from kbsync.maintenance.verify import verify
 
 N_DOCS = 12
 

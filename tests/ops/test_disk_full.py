@@ -117,7 +117,7 @@ def _index(home: Path) -> tuple[dict, list]:
 
     Also asserts the store is consistent: each state record has exactly its points.
     """
-    from kbsync.ingest.state import StateStore
+    from kbsync.catalog.state import StateStore
     from kbsync.store.base import Filter
     from kbsync.store.edge import EdgeStore
 
@@ -184,7 +184,7 @@ def test_full_disk_mid_run_loses_nothing_and_the_next_run_converges(tmpfs, prefe
     from kbsync.store import diskspace
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
 
     mount = tmpfs(192)
     home = mount / "home"

@@ -29,7 +29,7 @@ def share(tmp_path: Path) -> Path:
 @pytest.fixture
 def kb(settings, share):
     """The share's two roots ingested into namespace ``default``; the settings."""
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
 
@@ -107,7 +107,7 @@ def test_older_chunks_without_the_new_fields_are_named_in_a_note(kb, caplog):
 
 
 def test_a_payload_version_change_rewrites_every_document_once(settings, share, monkeypatch):
-    from kbsync.app import runtime as rt_mod
+    from kbsync import runtime as rt_mod
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.embed import clear_service_cache
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.settings import Settings
 
 

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from kbsync.errors import StoreError, StoreUnavailable, UsageError
-from kbsync.eval import rebuild as rb
-from kbsync.ingest import active
+from kbsync.maintenance import rebuild as rb
+from kbsync.catalog import active
 from kbsync.store import active as pointer
 
 

@@ -186,7 +186,7 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
     JSON, no point lost; the run after it seals nothing."""
     from kbtest import write_tree
 
-    from kbsync.app.runtime import Runtime
+    from kbsync.runtime import Runtime
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
 

@@ -16,7 +16,7 @@ import pytest
 
 from kbtest import write_tree
 from kbsync.app import cli
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.store import edge_check

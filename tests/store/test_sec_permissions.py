@@ -35,7 +35,7 @@ from kbsync.store import open_store
 BUILD = r"""
 import os, sys
 os.umask(int(sys.argv[1], 8))
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.settings import Settings

@@ -18,7 +18,7 @@ from kbsync.ingest.discover import parse_root
 from kbsync.embed import clear_service_cache
 from kbsync.errors import UsageError
 from kbsync.ingest.runner import run_plain
-from kbsync.app.runtime import Runtime
+from kbsync.runtime import Runtime
 from kbsync.settings import Settings
 from tests.text.test_chunk_fit import FourCharPieces, real_text
 

@@ -26,7 +26,7 @@ import logging
 from typing import Any
 
 from kbsync.errors import StoreError, StoreUnavailable
-from kbsync.ingest.state import StateStore, utc_now
+from kbsync.catalog.state import StateStore, utc_now
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
 
@@ -111,7 +111,7 @@ def resolve(settings: Settings, store=None, *, warn: bool = True) -> Settings:
     record = read_record(settings, store)
     if record is None:
         refuse_if_orphaned(settings, store)
-        from kbsync.ingest.model_keep import keep_recorded_model
+        from kbsync.catalog.model_keep import keep_recorded_model
 
         return keep_recorded_model(settings, store)  # an upgrade's new default strands nothing
     resolved = apply_build(settings.model_copy(update={

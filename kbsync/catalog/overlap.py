@@ -1,7 +1,7 @@
 """Whether a root's folder overlaps the folder a root NAME is bound to (symlinks resolved).
 
 Two overlapping roots index the same files under two doc_ids. Within one run
-:func:`kbsync.ingest.identity.check_roots` compares the roots given; across runs only the
+:func:`kbsync.catalog.identity.check_roots` compares the roots given; across runs only the
 bindings remember what was synced, so :func:`overlapping_bindings` compares against them.
 """
 

@@ -30,7 +30,7 @@ from collections import Counter
 from typing import Any, Callable, Sequence
 
 from kbsync.errors import MassDeleteRefused, UsageError
-from kbsync.ingest import active
+from kbsync.catalog import active
 from kbsync.ingest.plan import DeleteGuard, preflight_root
 from kbsync.settings import Settings
 
@@ -45,7 +45,7 @@ REBUILD_DELETE_HINT = ("a rebuild never drops a root's documents on its own: che
 def guard_roots(plan, live_rt, guard: DeleteGuard = DeleteGuard()) -> None:
     """Refuse the rebuild when a bound root's share lacks most of its live documents.
 
-    ``plan``: the :class:`~kbsync.eval.rebuild.RebuildPlan`; ``live_rt``: the live
+    ``plan``: the :class:`~kbsync.maintenance.rebuild.RebuildPlan`; ``live_rt``: the live
     collection's runtime. Reads the shares and the live records; writes nothing.
 
     Raises:
@@ -104,7 +104,7 @@ def infer_live_build(live: Settings, states, namespaces: Sequence[str],
     Candidates: the environment's chunk settings and kbsync's defaults (with the live
     collection's own embedder, which ``live`` already carries). The one whose
     fingerprint (``fingerprint_of``: the base fingerprint documents built with those
-    settings carry, :attr:`kbsync.app.runtime.Runtime.fingerprint`) most of the live
+    settings carry, :attr:`kbsync.runtime.Runtime.fingerprint`) most of the live
     ``states`` carry wins; when none matches (built under settings that are neither),
     the environment's is kept, with a warning: the pointer then records what this
     rebuild saw, as before.

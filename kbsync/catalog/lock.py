@@ -1,11 +1,28 @@
-"""A write lock per (collection, namespace) so two ingests never interleave.
+"""The one lock policy: every writer of a collection holds :func:`ingest_lock`.
 
-For the embedded engine the lock is a file beside the store, locked with
-``flock`` through the ``filelock`` library; the OS releases it when the holder
-dies, so a crashed (even SIGKILLed) run never leaves it stuck. The holder writes
-who it is into the file (pid, namespace, what it is doing, since when) so that
-a refused writer can name it; a stale record left by a dead holder is harmless
-because only the ``flock`` decides who holds the lock.
+The rule, for ingest, ``add_text``, ``delete``, ``remove``, ``verify --repair``, rebuild,
+rollback and restore alike:
+
+1. the lock file of :func:`ingest_lock_path` is always taken: per (logical collection,
+   namespace) on a Qdrant server, one for the whole store on the embedded engine (it
+   admits one process per folder);
+2. on a Qdrant server, a distributed lock excluding writers on other machines is taken
+   first, when the caller injects one (``distributed``: the Prefect global concurrency
+   limit of :func:`tasks.locking.prefect_limit`; kbsync never imports Prefect, so the flows,
+   the CLI and the Python API pass it in);
+3. on the embedded engine no distributed lock is taken: one machine, one lock file.
+
+Both wait ``KBSYNC_LOCK_TIMEOUT_S`` (0: refuse at once) and refuse with
+:class:`~kbsync.errors.LockHeld` naming the holder. Not reentrant. Limits: without an
+injected distributed lock, a server collection is guarded on this machine only.
+Tested by ``tests/ingest/test_lock.py``, ``tests/ingest/test_sec_lock_holder.py`` and
+``tests/flows/test_run_lock.py``.
+
+The lock file is locked with ``flock`` through the ``filelock`` library; the OS releases it
+when the holder dies, so a crashed (even SIGKILLed) run never leaves it stuck. The holder
+writes who it is into the file (pid, namespace, what it is doing, since when) so that a
+refused writer can name it; a stale record left by a dead holder is harmless because only
+the ``flock`` decides who holds the lock.
 
 A refusal names the *live* holder, never a finished run's record: the record is
 believed only when its pid holds the flock now (``/proc/locks``); otherwise the
@@ -30,14 +47,16 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from filelock import FileLock, Timeout
 
 from kbsync.errors import LockHeld
 from kbsync.home import current_access, make_dir, open_home
+from kbsync.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +100,7 @@ def lock_path(home: Path, collection: str, namespace: str) -> Path:
     return home / "locks" / f"{safe}.lock"
 
 
-def ingest_lock_path(settings, namespace: str) -> Path:
+def ingest_lock_path(settings: Settings, namespace: str) -> Path:
     """The lock an ingest takes.
 
     Against a Qdrant server two namespaces may be written at once, so the lock
@@ -90,26 +109,54 @@ def ingest_lock_path(settings, namespace: str) -> Path:
     """
     if settings.qdrant_url:
         # The logical name: a run that waited while `kbsync rebuild` swapped collections
-        # waited on the same lock as the swap (kbsync.ingest.active).
+        # waited on the same lock as the swap (kbsync.catalog.active).
         return lock_path(settings.home, settings.logical_collection, namespace)
     return lock_path(settings.home, "embedded-store", "all")
 
 
-def lock_scope(settings, namespace: str) -> str:
+def lock_scope(settings: Settings, namespace: str) -> str:
     """What :func:`ingest_lock_path`'s lock guards, in words (for messages)."""
     if settings.qdrant_url:
         return f"collection {settings.logical_collection!r}, namespace {namespace!r}"
     return f"the embedded store {settings.store_path} (one writer for all namespaces)"
 
 
-def ingest_lock(settings, namespace: str, *, purpose: str = "ingest"):
-    """The write lock of an ingest (or of anything writing like one, e.g. ``remove``).
+class DistributedLock(Protocol):
+    """A lock that excludes writers on other machines, injected into :func:`ingest_lock`.
 
-    Waits ``settings.lock_timeout_s`` for another holder; see :func:`write_lock`.
+    Called only against a Qdrant server, before the lock file is taken; it raises
+    :class:`~kbsync.errors.LockHeld` when another writer holds it past
+    ``settings.lock_timeout_s``. The implementation is :func:`tasks.locking.prefect_limit`.
+    """
+
+    def __call__(self, settings: Settings, namespace: str, *,
+                 purpose: str) -> AbstractContextManager[None]:
+        """Hold the lock of ``settings``' logical collection and ``namespace``."""
+        ...
+
+
+@contextmanager
+def ingest_lock(settings: Settings, namespace: str, *, purpose: str = "ingest",
+                distributed: DistributedLock | None = None) -> Iterator[None]:
+    """Hold the write lock of a collection and namespace: the one policy (module docstring).
+
+    Args:
+        purpose: recorded in the lock file (``ingest``, ``remove``, ``rebuild``...), so a
+            refused writer can name it.
+        distributed: the lock of writers on other machines; taken first, and only
+            against a Qdrant server.
+    Raises:
+        LockHeld: another writer holds either lock past ``settings.lock_timeout_s``.
+        HomeExposed: others can open ``KBSYNC_HOME``.
     """
     open_home(settings.home, shared_group=settings.shared_group)  # HomeExposed: others can open it
-    return write_lock(ingest_lock_path(settings, namespace), timeout_s=settings.lock_timeout_s,
-                      namespace=namespace, purpose=purpose, scope=lock_scope(settings, namespace))
+    with ExitStack() as stack:
+        if settings.qdrant_url and distributed is not None:
+            stack.enter_context(distributed(settings, namespace, purpose=purpose))
+        stack.enter_context(write_lock(ingest_lock_path(settings, namespace),
+                                       timeout_s=settings.lock_timeout_s, namespace=namespace,
+                                       purpose=purpose, scope=lock_scope(settings, namespace)))
+        yield
 
 
 @contextmanager
@@ -287,7 +334,7 @@ def read_holder(path: Path) -> Holder:
                   purpose=data.get("purpose"), since=data.get("since"))
 
 
-def refuse_if_held(settings, namespace: str) -> None:
+def refuse_if_held(settings: Settings, namespace: str) -> None:
     """Raise the ingest lock's :class:`LockHeld` now when a writer holds it and
     ``KBSYNC_LOCK_TIMEOUT_S`` is 0 (the run would be refused anyway), creating nothing.
 

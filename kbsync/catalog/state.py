@@ -1,13 +1,13 @@
-"""Per-document state kept in the vector store, and the plan derived from it.
+"""Per-document state kept in the vector store, and the fingerprints its records carry.
 
 State lives in a companion collection (``<collection>_state``) of the same
 store, one record per (namespace, doc_id), so every worker and any restored
 store agree on it. Records carry a 1-dimensional constant vector only because
 the engines require one; nobody searches them.
 
-Planning writes nothing. A document is *unchanged* only when its record has the
-same fingerprint, status ``ok`` and either the same size and mtime (no hashing)
-or, failing that, the same content hash.
+A document's record is current only when it carries :func:`expected_fingerprint`
+of the run's settings; the plan rule that classifies files against these records
+is ingest's (:func:`kbsync.ingest.classify.plan_files`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import AbstractSet, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from kbsync.errors import ErrorCode, SymlinkOutsideRoot
-from kbsync.ingest.discover import hash_file
-from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
+from kbsync.models import DocState, DocStatus
 from kbsync.store.base import Filter, Point, VectorStore
 
 STATE_NAMESPACE = uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f")
@@ -31,7 +28,7 @@ REPAIR_FINGERPRINT = "repair-requested"
 settings, so the next ingest of its root reprocesses it (points and record stay meanwhile)."""
 META_KEY = "meta"
 """Payload key of the non-document records of the state collection (root bindings, the
-embedder identity: see :mod:`kbsync.ingest.identity`). They have no ``namespace`` key, so every
+embedder identity: see :mod:`kbsync.catalog.identity`). They have no ``namespace`` key, so every
 namespace-filtered read skips them; whoever scrolls the whole collection skips
 :func:`is_meta` payloads."""
 
@@ -70,15 +67,16 @@ def document_fingerprint(base: str, ocr_key: str, scanned_pages: int | None) -> 
     ``None`` for a record written before OCR existed: nothing says whether it had such
     pages, so with OCR on a PDF's record never matches (each old PDF is read once more)
     and with it off any record matches on ``base`` (the caller decides which are PDFs by
-    passing ``None`` only for them; see :func:`plan_files`).
+    passing ``None`` only for them; see :func:`kbsync.ingest.classify.plan_files`).
     """
     if scanned_pages == 0 or (scanned_pages is None and ocr_key == OCR_OFF):
         return base
     return stable_hash({"base": base, "ocr": ocr_key})[:32]
 
 
-def _expected(previous: DocState, base: str, ocr_key: str) -> str:
-    """``document_fingerprint`` of a record: unknown scans matter only for PDFs."""
+def expected_fingerprint(previous: DocState, base: str, ocr_key: str) -> str:
+    """The :func:`document_fingerprint` ``previous`` must carry to be unchanged under ``base``
+    and ``ocr_key`` (a record without ``scanned_pages`` matters only for PDFs)."""
     scanned = previous.scanned_pages
     if scanned is None and not previous.doc_id.lower().endswith(".pdf"):
         scanned = 0  # only PDFs had pages without text before OCR existed
@@ -177,108 +175,3 @@ class StateStore:
             entry["documents"] += 1
             entry["partial"] += point.payload.get("status") == DocStatus.PARTIAL.value
         return out
-
-
-@dataclass
-class PlanItem:
-    """One file and what to do with it."""
-
-    action: PlanAction
-    file: SourceFile | None  # None for MISSING
-    previous: DocState | None
-    repair: bool = False  # reprocessed because its points no longer match the record
-
-    @property
-    def doc_id(self) -> str:
-        """The document's id."""
-        return self.file.doc_id if self.file else self.previous.doc_id  # type: ignore[union-attr]
-
-
-@dataclass
-class Plan:
-    """The diff between the files on disk and the state in the store."""
-
-    items: list[PlanItem] = field(default_factory=list)
-    hashed: int = 0
-    failures: list[Failure] = field(default_factory=list)  # files that could not be hashed
-
-    def of(self, action: PlanAction) -> list[PlanItem]:
-        """Items with the given action, in doc_id order."""
-        return [i for i in self.items if i.action is action]
-
-    def counts(self) -> dict[str, int]:
-        """Number of items per action."""
-        return {a.value: len(self.of(a)) for a in PlanAction}
-
-
-def plan_files(
-    files: Sequence[SourceFile],
-    states: Mapping[str, DocState],
-    *,
-    fingerprint: str,
-    ocr_key: str = OCR_OFF,
-    force: bool = False,
-    repair: AbstractSet[str] = frozenset(),
-) -> Plan:
-    """Classify files as new, changed, unchanged or heal, and records as missing.
-
-    A file is read (hashed) only when it has no record, its size or mtime
-    differ from the record, or the settings fingerprint changed (or ``force``); for a
-    document that had scanned pages the fingerprint includes ``ocr_key``
-    (:func:`document_fingerprint`).
-    ``heal`` is an unchanged file whose record is ``partial``: only its flagged
-    chunks need embedding again. Returned items carry ``content_hash``.
-    A recorded document in ``repair`` (its points no longer match its record),
-    or whose record carries :data:`REPAIR_FINGERPRINT`, is ``changed`` with
-    ``repair=True`` whatever its bytes.
-    """
-    plan = Plan()
-    seen: set[str] = set()
-    for source in files:
-        seen.add(source.doc_id)
-        previous = states.get(source.doc_id)
-        repairing = previous is not None and (source.doc_id in repair
-                                              or previous.fingerprint == REPAIR_FINGERPRINT)
-        same_settings = (previous is not None and not force and not repairing
-                         and previous.fingerprint == _expected(previous, fingerprint, ocr_key))
-        if (same_settings and previous is not None
-                and (previous.size, previous.mtime_ns) == (source.size, source.mtime_ns)):
-            source = _with_hash(source, previous.content_hash)  # stat check: not read
-        else:
-            hashed = _hashed(source, plan)
-            if hashed is None:
-                continue
-            source = hashed
-        if previous is None:
-            action = PlanAction.NEW
-        elif same_settings and source.content_hash == previous.content_hash:
-            action = (PlanAction.HEAL if previous.status is DocStatus.PARTIAL
-                      else PlanAction.UNCHANGED)
-        else:
-            action = PlanAction.CHANGED
-        plan.items.append(PlanItem(action, source, previous, repair=repairing))
-    for doc_id in sorted(set(states) - seen):
-        plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
-    return plan
-
-
-def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
-    """``source`` with its content hash, or ``None`` (reported) when unreadable.
-
-    An unreadable file keeps its previous version and state; the next run retries.
-    """
-    try:
-        digest = hash_file(source.path, source.root_path)
-    except OSError as exc:
-        plan.failures.append(Failure(source.doc_id, source.display, ErrorCode.PermissionDenied,
-                                     f"{source.display}: cannot read: {exc.strerror or exc}"))
-        return None
-    except SymlinkOutsideRoot as exc:  # swapped in after discovery: never read
-        plan.failures.append(Failure(source.doc_id, source.display, exc.kind, str(exc)))
-        return None
-    plan.hashed += 1
-    return _with_hash(source, digest)
-
-
-def _with_hash(source: SourceFile, content_hash: str) -> SourceFile:
-    return SourceFile(**{**source.__dict__, "content_hash": content_hash})

@@ -3,11 +3,11 @@
 The order of the steps is what makes it safe (each can be interrupted and run again):
 
 1. the ingest write lock is held throughout, so no ingest writes meanwhile, and the
-   configured embedder is checked against the collection's (``kbsync.ingest.identity``);
+   configured embedder is checked against the collection's (``kbsync.catalog.identity``);
 2. a missing chunk collection is re-created (empty);
 3. orphan points (no record of any kind names their document) are deleted;
 4. every drifted document's record is marked for reprocessing
-   (:data:`kbsync.ingest.state.REPAIR_FINGERPRINT`): only the record changes, its points
+   (:data:`kbsync.catalog.state.REPAIR_FINGERPRINT`): only the record changes, its points
    stay searchable, and an interrupted repair is finished by the next ingest of
    the root (which plans marked records ``changed``, counted in ``repaired``);
 5. the marked documents whose files are found are reprocessed through the
@@ -34,16 +34,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest import identity
 from kbsync.ingest.discover import discover, iter_batches
 from kbsync.errors import StoreDrift
 from kbsync.ingest.summary import new_run_id
 from kbsync.ingest.runner import process_batch
 from kbsync.ingest.counters import Count
-from kbsync.ingest.lock import ingest_lock
+from kbsync.catalog.lock import ingest_lock
 from kbsync.models import DocState, RootSpec
-from kbsync.ingest.state import REPAIR_FINGERPRINT, plan_files
-from kbsync.ingest.verify import NamespaceReport, VerifyReport, verify
+from kbsync.catalog.state import REPAIR_FINGERPRINT
+from kbsync.ingest.classify import plan_files
+from kbsync.maintenance.verify import NamespaceReport, VerifyReport, verify
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,8 @@ def repair(runtime, report: VerifyReport, *, namespace: str | None = None
     """Fix the drift in ``report`` (see the module docstring for the order and its limits).
 
     Args:
-        runtime: an open :class:`kbsync.app.runtime.Runtime` with its embedding service.
-        report: what :func:`kbsync.ingest.verify.verify` found.
+        runtime: an open :class:`kbsync.runtime.Runtime` with its embedding service.
+        report: what :func:`kbsync.maintenance.verify.verify` found.
         namespace: the namespace ``report`` was limited to (``None``: all).
 
     Returns:
@@ -211,7 +213,7 @@ def _root_folder(runtime, namespace: str, root: str, states: Iterable[DocState]
     older kbsync) gives it through any document record whose path ends with
     its doc_id's relative part.
     """
-    for record in runtime.states.read_meta(identity.ROOT_BINDING, bound_namespace=namespace):
+    for record in runtime.states.read_meta(ROOT_BINDING, bound_namespace=namespace):
         if record.get("root") == root and Path(record.get("path", "")).is_dir():
             return Path(record["path"])
     for state in states:

@@ -3,13 +3,13 @@
 The local default changes between releases (torch ``all-MiniLM-L6-v2`` before,
 ``all-MiniLM-L6-v2-int8`` now). With the local provider and ``KBSYNC_EMBED_MODEL``
 unset, an existing collection of the embedded store is served and written with the
-bundled model its embedder record names (:mod:`kbsync.ingest.identity`), so it answers
+bundled model its embedder record names (:mod:`kbsync.catalog.identity`), so it answers
 after an upgrade instead of being refused with ``EmbedderMismatch``. What is still
 refused: a configured model that differs (``KBSYNC_EMBED_MODEL`` set), another provider,
 or a record naming a model this release does not bundle; ``kbsync rebuild`` with a model
 named moves a collection to it.
 
-Called by :func:`kbsync.ingest.active.resolve` for a collection without a pointer (one
+Called by :func:`kbsync.catalog.active.resolve` for a collection without a pointer (one
 with a pointer has its model there). It costs one read of the state collection when the
 collection exists. Not covered: a Qdrant server (its collections keep the configured
 model; set it by hand).
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import logging
 
-from kbsync.ingest.state import StateStore
+from kbsync.catalog.identity import EMBEDDER
+from kbsync.catalog.state import StateStore
 from kbsync.settings import EmbedProvider, Settings
 
 log = logging.getLogger(__name__)
 
-# kbsync.ingest.identity.EMBEDDER; not imported from there: identity imports active,
-# which imports this module.
-EMBEDDER_RECORD = "embedder"
+EMBEDDER_RECORD = EMBEDDER  # the embedder identity's meta kind
 
 
 def keep_recorded_model(settings: Settings, store=None) -> Settings:

@@ -19,14 +19,14 @@ from kbsync.convert import CONVERTER_VERSION, convert, is_supported
 from kbsync.convert.ocr import OcrConfig, check_available
 from kbsync.embed.base import Embedder
 from kbsync.ingest.context import IngestConfig
-from kbsync.ingest.identity import sparse_encoder
+from kbsync.catalog.identity import sparse_encoder
 from kbsync.settings import Settings
 from kbsync.text.context import CONTEXT_VERSION
 from kbsync.text.sparse import SparseEncoder
-from kbsync.ingest.state import StateStore, fingerprint
+from kbsync.catalog.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
-from kbsync.ingest.write import (CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES,
-                                 PAYLOAD_VERSION)
+from kbsync.catalog.schema import (CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES,
+                                   PAYLOAD_VERSION)
 from kbsync.models import Document
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ The pieces ``kbsync rebuild`` (the ``rebuild`` flow) arranges, without Prefect:
 2. :func:`prepare_shadow` resumes a shadow a crashed rebuild left with the same build
    settings (the ingest's own state makes that incremental) and discards any other
    leftover. The live collection is never written by a rebuild.
-3. Before anything is built, :mod:`kbsync.eval.rebuild_checks` refuses a root whose share
+3. Before anything is built, :mod:`kbsync.maintenance.rebuild_checks` refuses a root whose share
    lacks its live documents (full mode's mass-delete guard, against the live collection)
    and a gate whose queries find none of their relevant documents.
    The flow ingests every root into the shadow with the new settings (the embedding
@@ -44,12 +44,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kbsync.errors import StoreUnavailable, UsageError
-from kbsync.eval.rebuild_checks import REBUILD_DELETE_HINT, mass_missing
-from kbsync.ingest import active
+from kbsync.maintenance.rebuild_checks import REBUILD_DELETE_HINT, mass_missing
+from kbsync.catalog import active
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.identity import ROOT_BINDING, stored_embedder
+from kbsync.catalog.identity import ROOT_BINDING, stored_embedder
 from kbsync.ingest.plan import DeleteGuard, plan_root
-from kbsync.ingest.state import StateStore, utc_now
+from kbsync.catalog.state import StateStore, utc_now
 from kbsync.models import RootSpec, SyncMode
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
@@ -197,7 +197,7 @@ def state_check(plan: RebuildPlan, shadow_rt, live_rt) -> dict[str, Any]:
     collection's root bindings are still the plan's (a ``kbsync remove`` meanwhile is
     not undone by the swap), and no root lost its live documents past full mode's
     mass-delete guard (``mass_delete``: a share unmounted during the rebuild; see
-    :mod:`kbsync.eval.rebuild_checks`). A few live documents whose files are gone may
+    :mod:`kbsync.maintenance.rebuild_checks`). A few live documents whose files are gone may
     be missing: full mode dropped them, as a full sync would.
     """
     pending: list[str] = []

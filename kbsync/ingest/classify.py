@@ -1,0 +1,121 @@
+"""The plan rule: files on disk classified against their state records. Writes nothing.
+
+A document is *unchanged* only when its record has the same fingerprint
+(:func:`kbsync.catalog.state.expected_fingerprint`), status ``ok`` and either the same
+size and mtime (no hashing) or, failing that, the same content hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AbstractSet, Mapping, Sequence
+
+from kbsync.catalog.state import OCR_OFF, REPAIR_FINGERPRINT, expected_fingerprint
+from kbsync.errors import ErrorCode, SymlinkOutsideRoot
+from kbsync.ingest.discover import hash_file
+from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
+
+
+@dataclass
+class PlanItem:
+    """One file and what to do with it."""
+
+    action: PlanAction
+    file: SourceFile | None  # None for MISSING
+    previous: DocState | None
+    repair: bool = False  # reprocessed because its points no longer match the record
+
+    @property
+    def doc_id(self) -> str:
+        """The document's id."""
+        return self.file.doc_id if self.file else self.previous.doc_id  # type: ignore[union-attr]
+
+
+@dataclass
+class Plan:
+    """The diff between the files on disk and the state in the store."""
+
+    items: list[PlanItem] = field(default_factory=list)
+    hashed: int = 0
+    failures: list[Failure] = field(default_factory=list)  # files that could not be hashed
+
+    def of(self, action: PlanAction) -> list[PlanItem]:
+        """Items with the given action, in doc_id order."""
+        return [i for i in self.items if i.action is action]
+
+    def counts(self) -> dict[str, int]:
+        """Number of items per action."""
+        return {a.value: len(self.of(a)) for a in PlanAction}
+
+
+def plan_files(
+    files: Sequence[SourceFile],
+    states: Mapping[str, DocState],
+    *,
+    fingerprint: str,
+    ocr_key: str = OCR_OFF,
+    force: bool = False,
+    repair: AbstractSet[str] = frozenset(),
+) -> Plan:
+    """Classify files as new, changed, unchanged or heal, and records as missing.
+
+    A file is read (hashed) only when it has no record, its size or mtime
+    differ from the record, or the settings fingerprint changed (or ``force``); for a
+    document that had scanned pages the fingerprint includes ``ocr_key``
+    (:func:`kbsync.catalog.state.document_fingerprint`).
+    ``heal`` is an unchanged file whose record is ``partial``: only its flagged
+    chunks need embedding again. Returned items carry ``content_hash``.
+    A recorded document in ``repair`` (its points no longer match its record),
+    or whose record carries :data:`REPAIR_FINGERPRINT`, is ``changed`` with
+    ``repair=True`` whatever its bytes.
+    """
+    plan = Plan()
+    seen: set[str] = set()
+    for source in files:
+        seen.add(source.doc_id)
+        previous = states.get(source.doc_id)
+        repairing = previous is not None and (source.doc_id in repair
+                                              or previous.fingerprint == REPAIR_FINGERPRINT)
+        same_settings = (previous is not None and not force and not repairing
+                         and previous.fingerprint == expected_fingerprint(previous, fingerprint, ocr_key))
+        if (same_settings and previous is not None
+                and (previous.size, previous.mtime_ns) == (source.size, source.mtime_ns)):
+            source = _with_hash(source, previous.content_hash)  # stat check: not read
+        else:
+            hashed = _hashed(source, plan)
+            if hashed is None:
+                continue
+            source = hashed
+        if previous is None:
+            action = PlanAction.NEW
+        elif same_settings and source.content_hash == previous.content_hash:
+            action = (PlanAction.HEAL if previous.status is DocStatus.PARTIAL
+                      else PlanAction.UNCHANGED)
+        else:
+            action = PlanAction.CHANGED
+        plan.items.append(PlanItem(action, source, previous, repair=repairing))
+    for doc_id in sorted(set(states) - seen):
+        plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
+    return plan
+
+
+def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
+    """``source`` with its content hash, or ``None`` (reported) when unreadable.
+
+    An unreadable file keeps its previous version and state; the next run retries.
+    """
+    try:
+        digest = hash_file(source.path, source.root_path)
+    except OSError as exc:
+        plan.failures.append(Failure(source.doc_id, source.display, ErrorCode.PermissionDenied,
+                                     f"{source.display}: cannot read: {exc.strerror or exc}"))
+        return None
+    except SymlinkOutsideRoot as exc:  # swapped in after discovery: never read
+        plan.failures.append(Failure(source.doc_id, source.display, exc.kind, str(exc)))
+        return None
+    plan.hashed += 1
+    return _with_hash(source, digest)
+
+
+def _with_hash(source: SourceFile, content_hash: str) -> SourceFile:
+    return SourceFile(**{**source.__dict__, "content_hash": content_hash})
