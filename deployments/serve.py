@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import httpx
 import yaml
@@ -87,13 +87,14 @@ def to_runner_deployment(spec: dict[str, Any]) -> RunnerDeployment:
         prefect.exceptions.ScriptError: the entrypoint cannot be imported.
     """
     from prefect.client.schemas.objects import ConcurrencyLimitConfig
-    from prefect.events import DeploymentTriggerTypes
-    from prefect.flows import load_flow_from_entrypoint
+    from prefect.events import DeploymentTriggerTypes, TriggerTypes
+    from prefect.flows import Flow, load_flow_from_entrypoint
     from prefect.schedules import Cron
     from pydantic import TypeAdapter
 
     name = spec["name"]
-    flow = load_flow_from_entrypoint(spec["entrypoint"], use_placeholder_flow=False)
+    flow: Flow[..., Any] = load_flow_from_entrypoint(spec["entrypoint"],
+                                                     use_placeholder_flow=False)
     schedules = []
     for item in spec.get("schedules") or []:
         if "cron" not in item:
@@ -104,12 +105,14 @@ def to_runner_deployment(spec: dict[str, Any]) -> RunnerDeployment:
     if isinstance(limit, dict):
         limit = ConcurrencyLimitConfig(**limit)
     adapter = TypeAdapter(DeploymentTriggerTypes)
-    triggers = []
+    triggers: list[DeploymentTriggerTypes | TriggerTypes] = []
     for number, trigger in enumerate(spec.get("triggers") or [], 1):
         # Same default name as `prefect deploy`, so both routes own the same automations.
         triggers.append(adapter.validate_python({"name": f"{name}__automation_{number}",
                                                  **trigger}))
-    return flow.to_deployment(
+    # Prefect's async_dispatch types the result "RunnerDeployment | Coroutine": called from
+    # sync code, as here, it runs the sync implementation, which returns the deployment.
+    return cast("RunnerDeployment", flow.to_deployment(
         name=name,
         description=spec.get("description"),
         tags=spec.get("tags"),
@@ -118,7 +121,7 @@ def to_runner_deployment(spec: dict[str, Any]) -> RunnerDeployment:
         concurrency_limit=limit,
         triggers=triggers or None,
         enforce_parameter_schema=spec.get("enforce_parameter_schema", True),
-    )
+    ))
 
 
 def select(specs: Sequence[dict[str, Any]], only: Sequence[str]) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import cast
 from uuid import UUID
 
 from prefect.artifacts import (create_markdown_artifact, create_progress_artifact,
@@ -56,7 +57,10 @@ def publish_refusal(exc: KbsyncError, *, namespace: str, dry_run: bool,
 
 def start_progress(root_name: str) -> UUID | None:
     """A progress artifact for one root's batches (0-100)."""
-    return create_progress_artifact(progress=0.0, description=f"batches done for {root_name}")
+    # Prefect's async_dispatch types the result "UUID | Coroutine": called from sync code,
+    # as here, it runs the sync implementation, which returns the UUID.
+    return cast(UUID, create_progress_artifact(progress=0.0,
+                                               description=f"batches done for {root_name}"))
 
 
 def report_progress(artifact_id: UUID | None, done: int, total: int) -> None:

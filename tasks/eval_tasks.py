@@ -12,7 +12,6 @@ from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NONE
 
 from kbsync.eval import run as ev
 from kbsync.errors import TransientError
@@ -20,9 +19,8 @@ from kbsync.eval.report import summary_markdown, table_rows, write_report
 from kbsync.eval.trend import drops_markdown, trend_markdown
 from kbsync.ingest.report import artifact_key
 from kbsync.settings import Settings
+from tasks.options import COMMON
 from tasks.resources import runtime_for
-
-COMMON = dict(cache_policy=NONE, persist_result=False)
 
 
 def _transient(task, task_run, state) -> bool:

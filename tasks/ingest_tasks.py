@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from prefect import Task, task
-from prefect.cache_policies import NONE
 from prefect.states import Completed
 
 from kbsync.errors import TransientError
@@ -22,6 +21,7 @@ from kbsync.ingest import steps
 from kbsync.ingest.stages import StageResult
 from kbsync.settings import Settings
 from kbsync.text.chunk import ChunkConfig
+from tasks.options import COMMON
 from tasks.resources import runtime_for, worker_runtime_for
 from tasks.run_story import escape_controls
 
@@ -37,10 +37,9 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-# No cache (inputs are live batches, not hashable keys) and no result persistence (results
-# are handed on in memory). No timeout_seconds either: tasks run in worker threads, where
-# Prefect cannot interrupt a blocking call; per-file time limits belong to the converter.
-COMMON: dict[str, Any] = dict(cache_policy=NONE, persist_result=False)
+# COMMON: no cache (inputs are live batches, not hashable keys) and no result persistence
+# (results are handed on in memory). No timeout_seconds either: tasks run in worker threads,
+# where Prefect cannot interrupt a blocking call; per-file time limits belong to the converter.
 
 
 def _retry(step: Callable) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NONE
 
 from kbsync.runtime import Runtime
 from kbsync.maintenance import rebuild as rb
@@ -23,10 +22,10 @@ from kbsync.eval import run as ev
 from kbsync.ingest.report import artifact_key
 from kbsync.catalog.state import StateStore
 from kbsync.settings import Settings
+from tasks.options import COMMON
 from tasks.rebuild_story import rebuild_markdown
 from tasks.resources import runtime_for
 
-COMMON = dict(cache_policy=NONE, persist_result=False)
 _lock = threading.Lock()
 _live: dict[str, Runtime] = {}
 
@@ -54,8 +53,7 @@ def live_runtime(live: Settings, shadow: Settings) -> Runtime:
             owner = runtime_for(shadow)
             store = _Borrowed(owner.store)
             runtime = _live[live.collection] = Runtime(
-                settings=live, store=store,  # type: ignore[arg-type]
-                states=StateStore(store, live.state_collection),  # type: ignore[arg-type]
+                settings=live, store=store, states=StateStore(store, live.state_collection),
                 service=build_embedding_service(live), chunk_config=owner.chunk_config)
         return runtime
 

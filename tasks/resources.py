@@ -64,7 +64,7 @@ def release(settings: Settings) -> None:
 @atexit.register
 def _close_all() -> None:
     with _lock:
-        runtimes = [*_runtimes.values(), *_workers.values()]
+        runtimes: list[Runtime | WorkerRuntime] = [*_runtimes.values(), *_workers.values()]
         _runtimes.clear()
         _workers.clear()
     for runtime in runtimes:

@@ -11,6 +11,8 @@ chunk and embed, and the flow's process writes (see :mod:`flows.executor`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from kbsync.errors import UsageError
@@ -23,8 +25,13 @@ def workers_reach_store(settings: Settings) -> bool:
     return settings.task_runner == "threads" or bool(settings.qdrant_url)
 
 
-def build_task_runner(settings: Settings) -> TaskRunner:
-    """A fresh task runner for one subflow run, as the settings ask."""
+def build_task_runner(settings: Settings) -> TaskRunner[Any]:
+    """A fresh task runner for one subflow run, as the settings ask.
+
+    Its futures' type depends on the runner (threads or Dask), hence ``Any``: Prefect's
+    ``Flow.with_options`` takes ``TaskRunner[PrefectFuture[Any]]``, which an invariant
+    type parameter would not match for either concrete runner.
+    """
     if settings.task_runner == "threads":
         return ThreadPoolTaskRunner(max_workers=settings.task_workers)
     try:

@@ -41,7 +41,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from kbsync.errors import OrchestratorUnavailable
 
@@ -57,8 +59,10 @@ class TemporaryServer:
         self.port = _free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
-        origin = importlib.util.find_spec("prefect").origin  # type: ignore[union-attr]
-        app_dir = str(Path(origin).parent.parent)  # what prefect.__module_path__.parent names
+        spec = importlib.util.find_spec("prefect")
+        # Prefect is installed with kbsync: its spec names the package's __init__.py.
+        assert spec is not None and spec.origin is not None, "prefect is not installed"
+        app_dir = str(Path(spec.origin).parent.parent)  # what prefect.__module_path__.parent names
         env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
                "PREFECT__SERVER_FINAL": "1"}
         # stdout too goes to the log: `kbsync ingest --json` keeps stdout for its JSON object
@@ -68,7 +72,7 @@ class TemporaryServer:
              str(self.port), "--log-level", "error", "--lifespan", "on"],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent())
-        self._override = None
+        self._override: AbstractContextManager[Any] | None = None
         atexit.register(self.stop)  # before Prefect's import: runs after its exit hooks
 
     def use(self) -> None:

@@ -30,12 +30,15 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
 
 import httpx
 
 from kbsync.errors import OrchestratorUnavailable
 from kbsync.settings import Settings
+
+if TYPE_CHECKING:  # the type only: this module imports Prefect where it needs it
+    from prefect.flows import FlowStateHook
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +213,15 @@ def stop_flow_watch(*_hook_args, **_hook_kwargs) -> None:
     _stop(dog)
 
 
-FLOW_HOOKS = {f"on_{event}": [stop_flow_watch]
-              for event in ("completion", "failure", "crashed", "cancellation")}
+class FlowHooks(TypedDict):
+    """The state-hook keyword arguments of ``@flow``, typed as Prefect's decorator takes them."""
+
+    on_completion: list[FlowStateHook[..., Any]]
+    on_failure: list[FlowStateHook[..., Any]]
+    on_crashed: list[FlowStateHook[..., Any]]
+    on_cancellation: list[FlowStateHook[..., Any]]
+
+
+FLOW_HOOKS: FlowHooks = {"on_completion": [stop_flow_watch], "on_failure": [stop_flow_watch],
+                         "on_crashed": [stop_flow_watch], "on_cancellation": [stop_flow_watch]}
 """Keyword arguments for ``@flow``: stop the flow's watchdog however the run ends."""
