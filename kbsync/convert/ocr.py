@@ -42,6 +42,7 @@ from kbsync.convert.ocr_coverage import (PSM, Box, better_reading, coverage_warn
                                          incomplete, ink_coverage)
 from kbsync.convert.text import Extracted, join_pages
 from kbsync.errors import ConversionError, EmptyDocument, NoTextLayer, UsageError
+from kbsync.text.cjk import no_space_between
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,6 @@ OCR_OFF = "off"
 """The OCR key of a run without OCR (see :meth:`OcrConfig.key`)."""
 MAX_PIXELS = 40_000_000  # ~A3 at 300 dpi; a poster-sized page is rendered at a lower dpi
 GARBLED_SHARE = 0.3
-_CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 _LANG = re.compile(r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$")
 
 _page_hook: Callable[[float], None] | None = None
@@ -276,7 +276,7 @@ def _join(parts: list[str]) -> str:
     """Words (or lines) with spaces between, except between two CJK characters."""
     out = ""
     for part in parts:
-        if out and not (_CJK.match(out[-1]) and _CJK.match(part[0])):
+        if out and not no_space_between(out, part):
             out += " "
         out += part
     return out

@@ -26,6 +26,7 @@ from kbsync.convert.ocr import (ENABLE_HINT, NO_OCR, OcrConfig, is_garbled, read
                                 scan_message)
 from kbsync.convert.text import Extracted, join_pages, normalize_newlines
 from kbsync.errors import CorruptDocument, EmptyDocument, EncryptedDocument, NoTextLayer
+from kbsync.text.cjk import no_space_between
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,6 @@ _MAX_HEADING_CHARS = 150
 _MAX_BOLD_HEADING_CHARS = 80
 _MARGIN_FRACTION = 0.08
 _MAX_TABLE_PAGES = 300  # a deterministic bound on table detection cost per document
-_CJK = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 _DIGITS = re.compile(r"\d+")
 _ATX_START = re.compile(r"#{1,6}(\s|$)")
 
@@ -257,7 +257,7 @@ def _join_lines(texts: list[str]) -> str:
     for text in texts:
         if not out:
             out = text
-        elif _CJK.match(out[-1]) and _CJK.match(text[0]):
+        elif no_space_between(out, text):
             out += text  # CJK has no spaces between words, nor at line ends
         elif out.endswith("-") and out[-2:-1].isalpha() and text[:1].islower():
             out += text

@@ -14,6 +14,7 @@ from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.write import delete_documents, touch_states
 from kbsync.models import PlanAction
 from kbsync.store import diskspace
+from kbsync.text.sparse import term_bound
 
 
 def room_for(works: Sequence[DocWork], ctx: IngestContext, *, what: str = "the next batch",
@@ -33,7 +34,8 @@ def room_for(works: Sequence[DocWork], ctx: IngestContext, *, what: str = "the n
         return nullcontext()
     estimate = diskspace.estimate_batch(
         (([c.text for c in w.chunks], len(str(w.source.path)), [c.heading_path for c in w.chunks])
-         for w in works), dimension=ctx.service.dimension if ctx.service else 0)
+         for w in works), dimension=ctx.service.dimension if ctx.service else 0,
+        sparse_terms=term_bound)
     if estimate.documents:
         what = f"{what} ({estimate.documents} documents, {estimate.chunks} chunks)"
     return diskspace.room(disk, need=estimate.total, what=what, margin=ctx.config.min_free_bytes)

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kbsync.store.base import ScoredPoint
+from kbsync.text.cjk import count_cjk
 
 DENSE_WEIGHT_READS = 0.6
 DENSE_WEIGHT_BLIND = 0.1
 WEIGHTS_BY_SPARSE = {"bm25-v1": (0.7, 0.3)}
 """(reads, blind) for the BM25 schemes older collections keep; others use the defaults."""
 FUSION_DEPTH = 100  # candidates per side: the normalisation needs a distribution, not a top 5
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 
 
@@ -56,7 +56,7 @@ class Fusion:
 def is_cjk_query(text: str) -> bool:
     """True when at least half of the query's letters are Chinese, Japanese or Korean."""
     letters = _LETTER.findall(text)
-    return bool(letters) and len(_CJK.findall(text)) * 2 >= len(letters)
+    return bool(letters) and count_cjk(text) * 2 >= len(letters)
 
 
 def english_only(provider: str, model: str) -> bool:

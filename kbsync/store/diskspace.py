@@ -43,9 +43,8 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from kbsync.text.cjk import CJK_WORD_CHARS
 from kbsync.errors import DiskFull
 
 log = logging.getLogger(__name__)
@@ -67,7 +66,6 @@ FILLS_ON_READ = frozenset({"tmpfs", "shmem", "ramfs"})
 # the write-ahead log and the gridstore pages of payloads and sparse vectors.
 _LAZY = re.compile(r"(^|/)wal/|/payload_storage/page_\d+\.dat$|/vector_storage-[^/]*sparse"
                    r"[^/]*/store/page_\d+\.dat$")
-_CJK = re.compile(f"[{CJK_WORD_CHARS}]")
 # Writes in flight in this process (the flow writes several batches at once): each check
 # counts the others' needs as taken, so concurrent batches never share the same free space.
 _ledger_lock = threading.Lock()
@@ -143,17 +141,13 @@ def mapped_holes(folder: Path) -> int:
     return holes
 
 
-def _sparse_terms(text: str) -> int:
-    """Upper estimate of a text's sparse-vector entries (words plus CJK characters)."""
-    return len(text.split()) + len(_CJK.findall(text))
-
-
-def chunk_bytes(text: str, *, dimension: int, path_chars: int = 0,
+def chunk_bytes(text: str, *, dimension: int, sparse_terms: int, path_chars: int = 0,
                 heading_chars: int = 0) -> int:
-    """Raw bytes of one stored chunk: dense vector, payload and sparse vector."""
+    """Raw bytes of one stored chunk: dense vector, payload and ``sparse_terms`` sparse-vector
+    entries."""
     payload = (len(text.encode("utf-8", "surrogatepass")) + 3 * path_chars + heading_chars
                + POINT_PAYLOAD_OVERHEAD)
-    return dimension * 4 + payload + 8 * _sparse_terms(text)
+    return dimension * 4 + payload + 8 * sparse_terms
 
 
 @dataclass(frozen=True)
@@ -172,14 +166,19 @@ class BatchEstimate:
 
 
 def estimate_batch(docs: Iterable[tuple[Sequence[str], int, Sequence[str]]], *,
-                   dimension: int) -> BatchEstimate:
-    """Estimate a batch from ``(chunk texts, path length, heading paths)`` per document."""
+                   dimension: int, sparse_terms: Callable[[str], int]) -> BatchEstimate:
+    """Estimate a batch from ``(chunk texts, path length, heading paths)`` per document.
+
+    ``sparse_terms`` bounds a chunk text's sparse-vector entries: how text becomes terms
+    is the text wing's (:func:`kbsync.text.sparse.term_bound`); the store only stores.
+    """
     documents = chunks = raw = 0
     for texts, path_chars, headings in docs:
         documents += 1
         chunks += len(texts)
         raw += STATE_RECORD_BYTES + path_chars
-        raw += sum(chunk_bytes(t, dimension=dimension, path_chars=path_chars,
+        raw += sum(chunk_bytes(t, dimension=dimension, sparse_terms=sparse_terms(t),
+                               path_chars=path_chars,
                                heading_chars=len(h)) for t, h in zip(texts, headings))
     cache = chunks * (dimension * 4 + CACHE_ENTRY_OVERHEAD)
     return BatchEstimate(documents, chunks, int(raw * ENGINE_FACTOR), cache)

@@ -46,6 +46,7 @@ from typing import NamedTuple, Protocol
 
 from kbsync.errors import UsageError
 from kbsync.models import Chunk, Document
+from kbsync.text.cjk import CJK_TOKEN_CHARS
 from kbsync.text.context import contextual_text
 
 logger = logging.getLogger(__name__)
@@ -54,27 +55,9 @@ logger = logging.getLogger(__name__)
 # so document fingerprints that include it force a re-chunk.
 CHUNKER_VERSION = "1"
 
-# Characters counted as one token each. U+3000 (ideographic space) is left out
-# on purpose: it is whitespace, and str.split() and re's \s treat it so.
-_CJK = (
-    "\u1100-\u11ff"  # Hangul Jamo
-    "\u2e80-\u2fdf"  # CJK and Kangxi radicals
-    "\u3001-\u303f"  # CJK symbols and punctuation
-    "\u3040-\u30ff"  # Hiragana, Katakana
-    "\u3100-\u318f"  # Bopomofo, Hangul compatibility Jamo
-    "\u31a0-\u31ff"  # Bopomofo ext, CJK strokes, Katakana phonetic ext
-    "\u3200-\u33ff"  # enclosed CJK letters, CJK compatibility
-    "\u3400-\u4dbf"  # CJK Unified Ideographs extension A
-    "\u4e00-\u9fff"  # CJK Unified Ideographs
-    "\ua960-\ua97f"  # Hangul Jamo extended A
-    "\uac00-\ud7ff"  # Hangul syllables, Jamo extended B
-    "\uf900-\ufaff"  # CJK compatibility ideographs
-    "\ufe30-\ufe4f"  # CJK compatibility forms
-    "\uff01-\uffee"  # halfwidth and fullwidth forms
-    "\U00020000-\U0003134f"  # extensions B..G
-)
-_CJK_RE = re.compile(f"[{_CJK}]")
-_TOKEN_RE = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+# Characters counted as one token each (kbsync.text.cjk, Use.TOKEN).
+_CJK_RE = re.compile(f"[{CJK_TOKEN_CHARS}]")
+_TOKEN_RE = re.compile(f"[{CJK_TOKEN_CHARS}]|[^\\s{CJK_TOKEN_CHARS}]+")
 _NONSPACE_RE = re.compile(r"\S")
 
 # Separator levels, strongest first; a unit is cut at the end of each match.

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from kbsync.text.cjk import CJK_WORD_CHARS
+from kbsync.text.cjk import count_cjk
 
 TEXT_SUFFIXES = frozenset({".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text",
                            ".rst", ".adoc", ".asciidoc", ".xml"})
-_CJK = re.compile(f"[{CJK_WORD_CHARS}]")
 _WORD = re.compile(r"[A-Za-z\u00c0-\u024f]{2,}")
 _SCRIPT = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<[^>]{0,2000}>")
@@ -90,7 +89,7 @@ def _count(paths: Iterable[Path], read: Callable[[Path], str | None]) -> Languag
         if text is None:
             continue
         done += 1
-        cjk += len(_CJK.findall(text))
+        cjk += count_cjk(text)
         words += len(_WORD.findall(text))
     return LanguageSample(files=done, cjk_chars=cjk, latin_words=words)
 

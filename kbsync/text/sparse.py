@@ -35,7 +35,7 @@ so an upgrade that changed a token's hash or segmentation fails there first (the
 scheme needs a new version, and the old one stays for the collections built with it).
 
 **One encoder per collection.** A collection records the sparse encoder it was built
-with (:mod:`kbsync.ingest.identity`) and keeps it: :func:`encoder_for` gives the
+with (:mod:`kbsync.catalog.identity`) and keeps it: :func:`encoder_for` gives the
 encoder of a recorded version, this module's for new collections and
 :mod:`kbsync.text.sparse_v1` for those built before it. Changing a collection's
 encoder goes through ``kbsync rebuild``, like a model change.
@@ -55,6 +55,7 @@ import qdrant_edge as qe
 from kbsync.errors import UsageError
 from kbsync.store.base import SparseVec
 from kbsync.text import sparse_v1
+from kbsync.text.cjk import count_cjk
 
 K1 = 1.2
 B = 0.75
@@ -115,6 +116,12 @@ def encode_document(text: str, config: SparseConfig = DEFAULT) -> SparseVec:
 def encode_query(text: str, config: SparseConfig = DEFAULT) -> SparseVec:
     """The query vector of ``text``: weight 1.0 per unique term (empty when none)."""
     return _to_vec(_model(config).embed_query(text))
+
+
+def term_bound(text: str) -> int:
+    """Upper estimate of the entries of ``text``'s sparse vector, whatever the scheme:
+    whitespace words plus CJK characters (the disk-space check budgets with it)."""
+    return len(text.split()) + count_cjk(text)
 
 
 @dataclass(frozen=True)

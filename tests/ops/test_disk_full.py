@@ -138,6 +138,7 @@ def test_batch_estimate_bounds_what_the_engine_allocates(runtime, tmp_path):
     from kbsync.ingest.room import write_batch
     from kbsync.store import diskspace
     from kbsync.ingest.discover import parse_root
+    from kbsync.text.sparse import term_bound
     from kbsync.ingest.stages import chunk_stage, convert_stage, embed_stage
     from kbsync.models import SyncMode
 
@@ -152,7 +153,7 @@ def test_batch_estimate_bounds_what_the_engine_allocates(runtime, tmp_path):
                            service=runtime.service)
     estimate = diskspace.estimate_batch(
         (([c.text for c in w.chunks], len(str(w.source.path)), [c.heading_path for c in w.chunks])
-         for w in embedded.work), dimension=384)
+         for w in embedded.work), dimension=384, sparse_terms=term_bound)
 
     def allocated() -> int:
         return sum(p.lstat().st_blocks * 512 for p in runtime.settings.store_path.rglob("*")
