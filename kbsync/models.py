@@ -13,6 +13,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from kbsync.errors import ErrorCode
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -195,16 +197,18 @@ class Failure:
 
     doc_id: str
     path: str
-    error: str
+    error: ErrorCode
     message: str
 
     def __post_init__(self) -> None:
-        for name in ("doc_id", "path", "error", "message"):
+        for name in ("doc_id", "path", "message"):
             object.__setattr__(self, name, display_text(str(getattr(self, name))))
+        # A code given as its plain string becomes its member (an unknown one: ValueError).
+        object.__setattr__(self, "error", ErrorCode(self.error))
 
     def to_dict(self) -> dict[str, str]:
-        """JSON form."""
-        return asdict(self)
+        """JSON form (the code as its plain string, as ``failures[].error`` reports it)."""
+        return {**asdict(self), "error": self.error.value}
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,8 @@ def test_a_code_prints_and_serialises_as_its_plain_string() -> None:
     assert exc.kind is ErrorCode.StoreUnavailable
     assert str(exc.kind) == f"{exc.kind}" == "StoreUnavailable"
     failure = Failure("r/a.md", "a.md", exc.kind, "down")
-    assert type(failure.error) is str
+    assert failure.error is ErrorCode.StoreUnavailable
+    assert Failure("r/a.md", "a.md", "StoreUnavailable", "down") == failure  # a str converts
     assert json.dumps(failure.to_dict()) == json.dumps(
         {"doc_id": "r/a.md", "path": "a.md", "error": "StoreUnavailable", "message": "down"})
 

@@ -22,8 +22,8 @@ from typing import Callable, Sequence
 from kbsync.text.chunk import ChunkConfig, chunk_document
 from kbsync.text.context import contextual_text
 from kbsync.convert import convert
-from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, InternalError, KbsyncError,
-                           LockHeld, OrchestratorUnavailable, StoreUnavailable)
+from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, ErrorCode, InternalError,
+                           KbsyncError, LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.ingest.counters import Count
 from kbsync.catalog.state import document_fingerprint
@@ -99,7 +99,7 @@ def failure_of(source: SourceFile, exc: BaseException, stage: str = "") -> Failu
                        message=_first_line(exc) or exc.kind)
     detail = ": ".join(filter(None, (type(exc).__name__, _first_line(exc))))
     where = f" (while {stage})" if stage else ""
-    return Failure(doc_id=source.doc_id, path=source.display, error=InternalError.__name__,
+    return Failure(doc_id=source.doc_id, path=source.display, error=ErrorCode.InternalError,
                    message=f"{InternalError.__name__}: {detail}{where}")
 
 
@@ -236,7 +236,7 @@ def _assign(result: StageResult, works: Sequence[DocWork], outcome, contextual: 
         if all(failed):
             result.counters[Count.EMBEDDINGS_FAILED] += len(failed)
             result.failures.append(Failure(
-                work.source.doc_id, work.source.display, "EmbeddingFailed",
+                work.source.doc_id, work.source.display, ErrorCode.EmbeddingFailed,
                 f"{work.source.doc_id}: embedding failed for all {len(failed)} chunks after "
                 "retries; previous version kept"))
             continue

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from kbsync.convert import ignored_kind
-from kbsync.errors import KbsyncError
+from kbsync.errors import ErrorCode, KbsyncError
 from kbsync.ingest.counters import Count
 from kbsync.ingest.plan import RootPlan
 from kbsync.ingest.stages import StageResult
@@ -82,7 +82,7 @@ class IngestSummary:
 
     def embedding_outage(self) -> bool:
         """True when documents needed embedding and every one of them failed to embed."""
-        embed_failures = [f for f in self.failures if f["error"] == "EmbeddingFailed"]
+        embed_failures = [f for f in self.failures if f["error"] == ErrorCode.EmbeddingFailed]
         return bool(embed_failures) and self.added + self.updated == 0
 
 
@@ -167,11 +167,11 @@ def account_unfinished(summary: IngestSummary, items: Sequence, exc: BaseExcepti
     so the class invariant holds on that exit too. Their stored versions stay as they were
     (a batch in flight may have been written already); the next run takes them up again."""
     if isinstance(exc, KbsyncError):
-        kind = str(exc.kind)
+        kind = exc.kind
     else:
         # Not an Exception: Ctrl-C, SystemExit, or an orchestrator's signal (Prefect's
         # TerminationSignal on SIGTERM): the run was stopped, nothing is broken.
-        kind = "InternalError" if isinstance(exc, Exception) else "Interrupted"
+        kind = ErrorCode.InternalError if isinstance(exc, Exception) else ErrorCode.Interrupted
     text = " ".join(str(exc).split()) or type(exc).__name__
     message = f"not processed: the run stopped first ({kind}: {text})"[:500]
     _add_failures(summary, [Failure(doc_id=item.doc_id,
