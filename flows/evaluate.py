@@ -16,9 +16,10 @@ from pydantic import Field
 
 from kbsync.errors import RetrievalRegression
 from kbsync.eval.report import gate_message
-from kbsync.eval.run import build_result, check_k, llm_for, parse_modes
+from kbsync.eval.run import build_result, check_k, parse_modes
 from kbsync.catalog.active import resolve
 from kbsync.query.filters import SearchFilters
+from kbsync.query.llm import chat_model
 from kbsync.settings import Settings
 from tasks import eval_tasks as t
 from tasks.resources import release, runtime_for
@@ -58,7 +59,7 @@ def evaluate(
     # A bad filter is a usage error before work; the JSON form travels on (plain values).
     filters = SearchFilters.build(**(filters or {})).to_dict()
     if any(spec.needs_llm for spec in specs):
-        llm_for(settings)  # +mqe/+hyde without a chat model: a usage error, before work
+        chat_model(settings)  # +mqe/+hyde without a chat model: a usage error, before work
     queries = t.load_queries(queries_file)
     try:
         warnings = t.check_labels(queries, settings, namespace=namespace)

@@ -230,9 +230,10 @@ class KnowledgeBase:
         Returns:
             :class:`kbsync.query.answer.Answer`.
         """
-        from kbsync.query.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
+        from kbsync.query.answer import DEFAULT_MIN_SCORE, ask
+        from kbsync.query.llm import chat_model
 
-        model = llm if llm is not None else build_chat_client(self.settings)
+        model = llm if llm is not None else chat_model(self.settings)
         runtime = self._open(embed=True)
         return ask(question, store=runtime.store, service=runtime.service,
                    collection=runtime.collection, llm=model, namespace=namespace, k=k,

@@ -18,6 +18,7 @@ from kbsync.errors import TransientError
 from kbsync.eval.report import summary_markdown, table_rows, write_report
 from kbsync.eval.trend import drops_markdown, trend_markdown
 from kbsync.ingest.report import artifact_key
+from kbsync.query.llm import chat_model
 from kbsync.settings import Settings
 from tasks.options import COMMON
 from tasks.resources import runtime_for
@@ -55,7 +56,7 @@ def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settin
     """Search and score every query under one mode (``filters``: see ``ev.run_mode``)."""
     runtime = runtime_for(settings)
     return ev.run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k,
-                       llm=ev.llm_for(settings) if spec.needs_llm else None, filters=filters)
+                       llm=chat_model(settings) if spec.needs_llm else None, filters=filters)
 
 
 @task(name="write-report", task_run_name="write-report", **COMMON)

@@ -256,9 +256,10 @@ def _first_ingest(settings) -> bool:
 
 def _search(args, settings) -> int:
     from kbsync.app.console import print_search
-    from kbsync.query.search import SearchResult, configured_llm, search
+    from kbsync.query.llm import chat_model
+    from kbsync.query.search import SearchResult, search
 
-    llm = configured_llm(settings) if (args.mqe or args.hyde) else None
+    llm = chat_model(settings, optional=True) if (args.mqe or args.hyde) else None
     store = cli_support.indexed_store(settings, args.namespace)
     if store is None:  # answered at once: no model loaded, no folder created
         result = SearchResult(query=args.query, namespace=args.namespace, mode=args.mode,

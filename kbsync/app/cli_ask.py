@@ -31,9 +31,10 @@ def register(sub) -> None:
 
 def run_ask(args, settings) -> int:
     """``kbsync ask``: exit 0 also when nothing relevant was found (``answered`` is false)."""
-    from kbsync.query.answer import DEFAULT_MIN_SCORE, ask, build_chat_client
+    from kbsync.query.answer import DEFAULT_MIN_SCORE, ask
+    from kbsync.query.llm import chat_model
 
-    llm = build_chat_client(settings)  # a missing configuration fails before any search
+    llm = chat_model(settings)  # a missing configuration fails before any search
     min_score = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
     store = cli_support.indexed_store(settings, args.namespace)
     if store is None:  # answered at once, without the model or the chat model

@@ -38,12 +38,13 @@ def register(sub) -> None:
 
 def run_eval(args, settings) -> int:
     """``kbsync eval``: 0 ok, 2 bad arguments or query file, 3 regression."""
-    from kbsync.eval.run import llm_for, load_queries, parse_modes
+    from kbsync.eval.run import load_queries, parse_modes
+    from kbsync.query.llm import chat_model
 
     modes = [m for m in args.modes.split(",") if m.strip()]
     # Usage errors (unknown mode, no chat model for +mqe, bad file) before any run exists.
     if any(spec.needs_llm for spec in parse_modes(modes)):
-        llm_for(settings)
+        chat_model(settings)
     load_queries(args.queries_file)
     from flows.evaluate import evaluate  # imported late: Prefect's import costs seconds
     from kbsync.app.console import err

@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Sequence
 
 from kbsync.eval.queries import load_queries
+from kbsync.query.llm import ChatModel, chat_model
 from kbsync.eval.report import write_report
-from kbsync.eval.run import (EvalResult, build_result, check_k, check_labels, llm_for, parse_modes,
+from kbsync.eval.run import (EvalResult, build_result, check_k, check_labels, parse_modes,
                              run_mode)
 
 
 def evaluate_plain(
     queries_file: str | Path, *, runtime, namespace: str = "default", k: int = 10,
     modes: Sequence[str] = ("dense",), report_dir: str | Path = "reports/eval",
-    margin: float = 0.02, accept: bool = False, llm: object | None = None,
+    margin: float = 0.02, accept: bool = False, llm: ChatModel | None = None,
 ) -> EvalResult:
     """The whole evaluation without Prefect: what the ``evaluate`` flow does, in one call.
 
@@ -29,7 +30,7 @@ def evaluate_plain(
     specs = parse_modes(modes)
     check_k(k)
     if llm is None and any(s.needs_llm for s in specs):
-        llm = llm_for(runtime.settings)
+        llm = chat_model(runtime.settings)
     queries = load_queries(queries_file)
     warnings = check_labels(queries, set(runtime.states.load(namespace)), namespace)
     outcomes = [o for spec in specs

@@ -26,6 +26,7 @@ from kbsync.errors import UsageError
 from kbsync.eval.queries import EvalQuery, load_queries, queries_hash
 from kbsync.query.expand import MAX_MQE
 from kbsync.query.filters import SearchFilters
+from kbsync.query.llm import ChatModel
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def check_labels(queries: Sequence[EvalQuery], known: set[str], namespace: str) 
 
 def run_mode(
     queries: Sequence[EvalQuery], spec: ModeSpec, *, runtime, namespace: str, k: int,
-    llm: object | None = None, warm_up: bool = True, filters: dict[str, Any] | None = None,
+    llm: ChatModel | None = None, warm_up: bool = True, filters: dict[str, Any] | None = None,
 ) -> list[QueryOutcome]:
     """Search every query under one mode and score the document ranking.
 
@@ -294,17 +295,6 @@ class EvalResult:
     def gate_ok(self) -> bool:
         """False when the regression gate tripped and the drop was not accepted."""
         return bool(self.regression.get("passed", True) or self.regression.get("accepted"))
-
-
-def llm_for(settings) -> object:
-    """The chat model for ``+mqe``/``+hyde`` modes.
-
-    Raises:
-        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``LLMNotConfigured``).
-    """
-    from kbsync.query.llm import ChatClient
-
-    return ChatClient.from_settings(settings)
 
 
 def check_k(k: int) -> None:

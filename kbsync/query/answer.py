@@ -18,10 +18,11 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 from kbsync.models import SearchHit
 from kbsync.query.filters import SearchFilters
+from kbsync.query.llm import ChatModel
 from kbsync.query.search import citation, search
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,6 @@ Rules:
 - Answer in the language of the question, briefly."""
 
 _CITE = re.compile(r"\s?\[(\s*\d+\s*(?:[,;]\s*\d+\s*)*)\]")
-
-
-class ChatModel(Protocol):
-    """What ``ask`` needs from a chat model (``kbsync.query.llm.ChatClient`` provides it)."""
-
-    def complete(self, system: str, user: str, *, max_tokens: int,
-                 temperature: float) -> str:
-        """The model's reply to one system + user message pair."""
 
 
 @dataclass(frozen=True)
@@ -209,13 +202,3 @@ def check_citations(text: str, passages: int) -> tuple[str, list[int], list[int]
 
     return _CITE.sub(fix, text), list(cited), sorted(invented)
 
-
-def build_chat_client(settings) -> ChatModel:
-    """The configured chat model (``KBSYNC_LLM_*``).
-
-    Raises:
-        UsageError: ``KBSYNC_LLM_MODEL`` is unset (``kbsync.errors.LLMNotConfigured``).
-    """
-    from kbsync.query.llm import ChatClient  # imported late: the openai package takes ~1 s
-
-    return ChatClient.from_settings(settings)

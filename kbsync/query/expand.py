@@ -18,7 +18,8 @@ Functions here raise the model's own errors (``kbsync.errors.LLMError``);
 from __future__ import annotations
 
 import re
-from typing import Protocol
+
+from kbsync.query.llm import ChatModel
 
 MAX_MQE = 10
 MQE_TEMPERATURE = 0.3  # some variety between rephrasings, little invention
@@ -42,14 +43,6 @@ _MARKER = re.compile(
     r"^\s*(?:[-*•·]+|\d{1,2}[.):](?=\s)|\d{1,2}[、：]|[（(]\d{1,2}[)）]|[a-zA-Z][.)](?=\s))\s*"
 )
 _QUOTES = "\"'“”‘’「」『』`"
-
-
-class ChatModel(Protocol):
-    """What expansion needs from a chat model (``kbsync.query.llm.ChatClient``)."""
-
-    def complete(self, system: str, user: str, *, max_tokens: int = 512,
-                 temperature: float = 0.0) -> str:
-        """The model's reply to one system + user message pair."""
 
 
 def _key(text: str) -> str:

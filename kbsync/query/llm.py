@@ -10,20 +10,25 @@ least the server's ``Retry-After`` up to a cap; :mod:`kbsync.retrying`) are
 ours, so their number is known and logged. Every client error becomes an
 :class:`~kbsync.errors.LLMError` kind, and the key never appears in a message
 (server messages are scrubbed).
+
+This module is the one place a chat model comes from: :class:`ChatModel` is what
+expansion, answers and evaluation need, :func:`chat_model` makes the configured one.
+The ``openai`` package is imported only when a client is made (it takes ~1 s), so a
+search without expansion never pays for it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
-
-import openai
-from openai.types.chat import ChatCompletionMessageParam
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
 
 from kbsync.errors import LLMError, LLMNotConfigured, LLMPermanentError, LLMTransientError
-from kbsync.openai_http import parse_retry_after, redact_url, scrub, server_message
 from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,45 @@ _TRANSIENT_STATUS = {408, 409, 429}
 _MAX_BACKOFF_S = 8.0  # one search must not hang for minutes on a rate limit
 # Full jitter from 0.5 s doubling, at least Retry-After; every wait at most the cap.
 _WAIT = FullJitterAtLeastRetryAfter(base_s=0.5, max_s=_MAX_BACKOFF_S, retry_after_max_s=_MAX_BACKOFF_S)
+
+
+class ChatModel(Protocol):
+    """What kbsync needs from a chat model: one reply to a system + user message pair.
+
+    Invariants (as :class:`ChatClient` keeps them): a reply is a non-empty string or an
+    exception, never ``""``; a failure is an :class:`~kbsync.errors.LLMError` kind
+    (transient or permanent), so a caller can fall back or report it in one line.
+    Tests pass stand-ins (``tests/query/test_expansion.py``, ``test_answer.py``).
+    """
+
+    def complete(self, system: str, user: str, *, max_tokens: int = 512,
+                 temperature: float = 0.0) -> str:
+        """The model's reply to one system + user message pair."""
+
+
+@overload
+def chat_model(settings: Any, *, optional: Literal[False] = False) -> ChatModel: ...
+
+
+@overload
+def chat_model(settings: Any, *, optional: Literal[True]) -> ChatModel | None: ...
+
+
+def chat_model(settings: Any, *, optional: bool = False) -> ChatModel | None:
+    """The chat model ``settings`` configure (``KBSYNC_LLM_*``): the one factory behind
+    search expansion, ``ask``, evaluation modes and the CLI.
+
+    Args:
+        settings: :class:`~kbsync.settings.Settings`.
+        optional: return ``None`` when ``KBSYNC_LLM_MODEL`` is unset (search then notes
+            that it searched the plain query) instead of raising.
+
+    Raises:
+        LLMNotConfigured: a usage error; ``KBSYNC_LLM_MODEL`` is unset and not ``optional``.
+    """
+    if optional and not settings.llm_model:
+        return None
+    return ChatClient.from_settings(settings)
 
 
 class ChatClient:
@@ -59,6 +103,10 @@ class ChatClient:
             raise LLMNotConfigured("no chat model given")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        import openai  # here: the package takes ~1 s to import (see module doc)
+
+        from kbsync.openai_http import redact_url
+
         self.model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self.endpoint = redact_url(self.base_url) + "/chat/completions"
@@ -102,6 +150,8 @@ class ChatClient:
 
     # -- internals ----------------------------------------------------------------------------
     def _once(self, messages: list[ChatCompletionMessageParam], max_tokens: int, temperature: float) -> str:
+        import openai
+
         try:
             response = self._client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=max_tokens,
@@ -127,6 +177,8 @@ class ChatClient:
         return content
 
     def _status_error(self, exc: openai.APIStatusError) -> LLMError:
+        from kbsync.openai_http import parse_retry_after, server_message
+
         status = exc.status_code
         text = f"{self._where()}: HTTP {status}: {self._scrub(server_message(exc))}"
         if status in _TRANSIENT_STATUS or status >= 500:
@@ -144,6 +196,8 @@ class ChatClient:
         return f"chat endpoint {self.endpoint} (model {self.model!r})"
 
     def _scrub(self, text: str) -> str:
+        from kbsync.openai_http import scrub
+
         return scrub(text, self._secret)
 
     def __repr__(self) -> str:  # no key, by construction

@@ -43,6 +43,7 @@ from kbsync.query import expand
 from kbsync.query.filters import SearchFilters, stale_note
 from kbsync.errors import KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
+from kbsync.query.llm import ChatModel, chat_model
 from kbsync.catalog.identity import check_query_embedder
 from kbsync.models import SearchHit
 from kbsync.text.sparse import SparseEncoder
@@ -113,7 +114,7 @@ def search(
     mode: SearchMode | str = SearchMode.HYBRID,
     mqe: int = 0,
     hyde: bool = False,
-    llm: expand.ChatModel | None = None,
+    llm: ChatModel | None = None,
     root: str | None = None,
     path_prefix: str | None = None,
     types: str | Sequence[str] | None = None,
@@ -311,7 +312,7 @@ def search_kb(
     settings: Any = None,
     store: VectorStore | None = None,
     service: Any = None,
-    llm: expand.ChatModel | None = None,
+    llm: ChatModel | None = None,
     collection: str | None = None,
     root: str | None = None,
     path_prefix: str | None = None,
@@ -342,7 +343,7 @@ def search_kb(
 
         service = build_embedding_service(settings)
     if llm is None and (mqe or hyde):
-        llm = configured_llm(settings)
+        llm = chat_model(settings, optional=True)
     own_store = store is None
     if store is None:
         from kbsync.store import open_store
@@ -356,15 +357,6 @@ def search_kb(
     finally:
         if own_store:
             store.close()
-
-
-def configured_llm(settings: Any) -> expand.ChatModel | None:
-    """The chat model of ``settings``, or ``None`` when ``KBSYNC_LLM_MODEL`` is unset."""
-    if not settings.llm_model:
-        return None
-    from kbsync.query.llm import ChatClient  # imported late: the openai package takes ~1 s
-
-    return ChatClient.from_settings(settings)
 
 
 class _CallableModule(types.ModuleType):

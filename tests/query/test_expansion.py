@@ -11,8 +11,8 @@ import pytest
 from kbsync.errors import (LLMNotConfigured, LLMPermanentError, LLMTransientError, PermanentError,
                            TransientError, UsageError)
 from kbsync.query.expand import HYDE_SYSTEM, parse_rephrasings
-from kbsync.query.llm import ChatClient
-from kbsync.query.search import configured_llm, search
+from kbsync.query.llm import ChatClient, chat_model
+from kbsync.query.search import search
 from kbsync.settings import Settings
 from kbsync.text.sparse import encode_document
 from kbsync.store import Point
@@ -130,7 +130,7 @@ def test_failing_model_falls_back_to_the_plain_query(kb, service, chat, caplog) 
 
 
 def test_no_model_configured_is_a_note(kb, service, settings) -> None:
-    assert configured_llm(settings) is None
+    assert chat_model(settings, optional=True) is None
     with pytest.raises(LLMNotConfigured) as info:
         ChatClient.from_settings(settings)
     assert isinstance(info.value, UsageError)
@@ -154,7 +154,7 @@ def test_client_from_settings(chat, monkeypatch) -> None:
     monkeypatch.setenv("KBSYNC_LLM_API_KEY", "sk-secret-abcdef")
     settings = Settings()
     assert "sk-secret" not in repr(settings) and "sk-secret" not in str(settings.public_dict())
-    llm = configured_llm(settings)
+    llm = chat_model(settings, optional=True)
     assert llm.complete("system", "user") == "fake reply"
     assert chat.requests[0].headers["authorization"] == "Bearer sk-secret-abcdef"
     assert "sk-secret" not in repr(llm)
