@@ -62,7 +62,7 @@ def rebuild(
     modes: Annotated[list[str], Field(min_length=1)] = ["dense", "hybrid"],  # noqa: B006
     k: Annotated[int, Field(ge=1, le=100)] = 10,
     build: dict[str, Any] | None = None,
-) -> Any:
+) -> dict[str, Any]:
     """Rebuild the collection with new settings in a shadow; swap it in only if it is no worse.
 
     Args:
@@ -131,7 +131,10 @@ def rebuild(
     logger.info("rebuild %s: %s", plan.logical, "swapped to " + plan.shadow if pointer
                 else "refused: " + "; ".join(decision["reasons"]))
     if pointer is None:
-        return Completed(data=report, name="Refused", message="; ".join(decision["reasons"]))
+        # A flow may return a State to set its final state (Prefect resolves it at run time);
+        # Prefect's types take the annotation as the only return type.
+        return Completed(data=report, name="Refused",  # type: ignore[return-value]
+                         message="; ".join(decision["reasons"]))
     return report
 
 

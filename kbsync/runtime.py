@@ -12,7 +12,8 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, overload
 
 from kbsync.text.chunk import CHUNKER_VERSION, ChunkConfig, chunk_budget
 from kbsync.convert import CONVERTER_VERSION, convert, is_supported
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
     from kbsync.convert.isolate import IsolatedConverter
 
 log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=Embedder | None)
+"""A runtime's embedding service: ``Embedder``, or ``None`` when opened without one."""
 
 
 def ocr_config(settings: Settings) -> OcrConfig:
@@ -83,13 +87,18 @@ class ConverterPool:
 
 
 @dataclass
-class Runtime:
-    """Everything a stage needs besides its batch."""
+class Runtime(Generic[S]):
+    """Everything a stage needs besides its batch.
+
+    A ``Runtime[Embedder]`` (:meth:`open`'s default) is an
+    :class:`~kbsync.ingest.context.IngestContext`; one opened without an embedder
+    (``service`` None: stats, verify) serves only what reads the store.
+    """
 
     settings: Settings
     store: VectorStore
     states: StateStore
-    service: Embedder | None  # None when opened without one (stats, verify)
+    service: S  # None when opened without one (stats, verify)
     chunk_config: ChunkConfig
     config: IngestConfig = field(init=False)
     _converters: ConverterPool = field(init=False, repr=False)
@@ -104,7 +113,7 @@ class Runtime:
         """The conversion function (see :class:`ConverterPool`)."""
         return self._converters.get()
 
-    def accepts(self, path) -> bool:
+    def accepts(self, path: Path) -> bool:
         """Whether discovery keeps ``path`` (images only with OCR on)."""
         return is_supported(path, ocr=self.settings.ocr)
 
@@ -167,19 +176,37 @@ class Runtime:
                                      bool_indexes=CHUNK_BOOL_INDEXES,
                                      integer_indexes=CHUNK_INTEGER_INDEXES)
 
+    def check_still_active(self) -> None:
+        """Refuse to write when the active collection changed since ``settings`` were
+        resolved (:func:`kbsync.catalog.active.check_still_active`)."""
+        from kbsync.catalog.active import check_still_active
+
+        check_still_active(self.settings, self.store)
+
     def _embedder(self) -> Embedder:
         """``service``, for what describes or writes vectors.
 
         Raises:
             RuntimeError: the runtime was opened without one (``with_embedder=False``).
         """
-        if self.service is None:
+        service: Embedder | None = self.service
+        if service is None:
             raise RuntimeError("this Runtime was opened without an embedder (with_embedder=False)")
-        return self.service
+        return service
+
+    @overload
+    @classmethod
+    def open(cls, settings: Settings, *, with_embedder: Literal[True] = ...,
+             serve_readers: bool = ...) -> Runtime[Embedder]: ...
+
+    @overload
+    @classmethod
+    def open(cls, settings: Settings, *, with_embedder: bool,
+             serve_readers: bool = ...) -> Runtime[Embedder | None]: ...
 
     @classmethod
     def open(cls, settings: Settings, *, with_embedder: bool = True,
-             serve_readers: bool = False) -> "Runtime":
+             serve_readers: bool = False) -> Runtime[Any]:
         """Open the store and build the embedding service described by ``settings``.
 
         ``serve_readers``: see :func:`kbsync.store.open_store` (the flows set it).
@@ -188,13 +215,14 @@ class Runtime:
 
         store = open_store(settings, serve_readers=serve_readers)
         service = build_embedding_service(settings) if with_embedder else None
-        return cls(settings=settings, store=store,
-                   states=StateStore(store, settings.state_collection), service=service,
-                   chunk_config=chunk_budget(service.input_fit() if service else None,
-                                             tokens=settings.chunk_tokens,
-                                             overlap=settings.chunk_overlap,
-                                             contextual=settings.contextual_text,
-                                             fit_chunks=settings.chunk_fit))
+        # Runtime, not cls: the type parameter follows the service built here.
+        return Runtime(settings=settings, store=store,
+                       states=StateStore(store, settings.state_collection), service=service,
+                       chunk_config=chunk_budget(service.input_fit() if service else None,
+                                                 tokens=settings.chunk_tokens,
+                                                 overlap=settings.chunk_overlap,
+                                                 contextual=settings.contextual_text,
+                                                 fit_chunks=settings.chunk_fit))
 
     def close(self) -> None:
         """Release the store handle and stop the conversion workers."""

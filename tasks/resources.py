@@ -13,11 +13,12 @@ import threading
 
 from pydantic import SecretStr
 
+from kbsync.embed.base import Embedder
 from kbsync.runtime import Runtime, WorkerRuntime
 from kbsync.settings import Settings
 
 _lock = threading.Lock()
-_runtimes: dict[str, Runtime] = {}
+_runtimes: dict[str, Runtime[Embedder]] = {}
 _workers: dict[str, WorkerRuntime] = {}
 
 
@@ -30,7 +31,7 @@ def _key(settings: Settings) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def runtime_for(settings: Settings) -> Runtime:
+def runtime_for(settings: Settings) -> Runtime[Embedder]:
     """The process-wide runtime for ``settings`` (opened on first use)."""
     key = _key(settings)
     with _lock:
@@ -64,7 +65,8 @@ def release(settings: Settings) -> None:
 @atexit.register
 def _close_all() -> None:
     with _lock:
-        runtimes: list[Runtime | WorkerRuntime] = [*_runtimes.values(), *_workers.values()]
+        runtimes: list[Runtime[Embedder] | WorkerRuntime] = [*_runtimes.values(),
+                                                              *_workers.values()]
         _runtimes.clear()
         _workers.clear()
     for runtime in runtimes:

@@ -1,4 +1,5 @@
-"""kbsync/ type-checks clean under the project's mypy settings ([tool.mypy] in pyproject.toml).
+"""kbsync/, tasks/, flows/ and deployments/ type-check clean under the project's mypy settings
+([tool.mypy] in pyproject.toml).
 
 CI runs only pytest, so the type check is a test. mypy reuses its cache in
 ``.mypy_cache`` (a warm run takes a few seconds, a cold one about a minute on 2 cores).

@@ -65,13 +65,23 @@ class IngestConfig:
                    contextual_text=settings.contextual_text)
 
 
-class IngestContext(Protocol):
-    """The live collaborators of an ingest step."""
+class PrepareContext(Protocol):
+    """What a batch's CPU work (convert -> chunk -> embed) needs, and no store: the
+    context of a process that cannot reach the embedded store (a Dask worker's,
+    :class:`kbsync.runtime.WorkerRuntime`)."""
 
     config: IngestConfig
+    service: Embedder
+
+    def converter(self) -> Converter:
+        """The conversion function (isolated worker processes unless disabled)."""
+
+
+class IngestContext(PrepareContext, Protocol):
+    """The live collaborators of an ingest step."""
+
     store: VectorStore
     states: StateStore
-    service: Embedder
     chunk_config: ChunkConfig
 
     @property
@@ -94,8 +104,13 @@ class IngestContext(Protocol):
     def accepts(self, path: Path) -> bool:
         """Whether discovery keeps ``path`` (images only with OCR on)."""
 
-    def converter(self) -> Converter:
-        """The conversion function (isolated worker processes unless disabled)."""
-
     def ensure_collection(self) -> None:
         """Create the chunk collection, or fail clearly on a dimension mismatch."""
+
+    def check_still_active(self) -> None:
+        """Refuse to write when the active collection changed since the context's settings
+        were resolved (a rebuild swapped while this run waited for the write lock).
+
+        Raises:
+            StoreUnavailable: the logical name now points elsewhere (retrying re-resolves).
+        """

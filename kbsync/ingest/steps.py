@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from kbsync.catalog import checks as verify
 from kbsync.ingest import identity, room
-from kbsync.ingest.context import IngestContext
+from kbsync.ingest.context import IngestContext, PrepareContext
 from kbsync.ingest.plan import DeleteGuard, RootPlan, plan_root, preflight_root
 from kbsync.ingest.stages import StageResult, chunk_stage, convert_stage, embed_stage
 from kbsync.ingest.classify import PlanItem
@@ -87,7 +87,7 @@ def _timed(stage: str) -> Callable[[Callable[..., StageResult]], Callable[..., S
 
 
 @_timed("convert")
-def convert(ctx: IngestContext, items: Sequence[PlanItem]) -> StageResult:
+def convert(ctx: PrepareContext, items: Sequence[PlanItem]) -> StageResult:
     """Convert a batch of files to Markdown."""
     return convert_stage(items, max_bytes=ctx.config.max_file_bytes, converter=ctx.converter())
 
@@ -99,7 +99,7 @@ def chunk(config: ChunkConfig, converted: StageResult) -> StageResult:
 
 
 @_timed("embed")
-def embed(ctx: IngestContext, chunked: StageResult) -> StageResult:
+def embed(ctx: PrepareContext, chunked: StageResult) -> StageResult:
     """Embed a batch's chunks (cache first, then the provider in batches)."""
     return embed_stage(chunked.work, service=ctx.service, contextual=ctx.config.contextual_text)
 
@@ -110,12 +110,12 @@ def upsert(ctx: IngestContext, embedded: StageResult, namespace: str, run_id: st
     return room.write_batch(embedded.work, ctx, namespace=namespace, run_id=run_id)
 
 
-def prepare(ctx: IngestContext, chunk_config: ChunkConfig,
+def prepare(ctx: PrepareContext, chunk_config: ChunkConfig,
             items: Sequence[PlanItem]) -> list[StageResult]:
     """A batch's CPU work: convert -> chunk -> embed, the stage results in order.
 
     Opens no store: ``ctx`` needs only ``config``, ``converter()`` and ``service``
-    (a :class:`kbsync.app.runtime.WorkerRuntime` will do), so it may run in a
+    (a :class:`kbsync.runtime.WorkerRuntime` will do), so it may run in a
     process that cannot reach the embedded store (a Dask worker process). Its
     result, with the vectors, is what :func:`write` takes.
     """
