@@ -27,7 +27,8 @@ from kbsync.store.base import Filter, VectorStore
 
 log = logging.getLogger(__name__)
 
-_RESERVED_DOC_ID_PREFIXES = ("<kbsync:",)  # the doc_id marker of meta records (kbsync.catalog.state)
+# The doc_id marker of meta records (kbsync.catalog.state).
+_RESERVED_DOC_ID_PREFIXES = ("<kbsync:",)
 # Meta records (root bindings, embedder identity) say what they are in one of these fields
 # (``kbsync.catalog.state.META_KEY`` is "meta"; the others are defence against older shapes).
 _KIND_FIELDS = ("meta", "kind", "record_kind", "record_type")

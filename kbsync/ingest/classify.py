@@ -77,7 +77,8 @@ def plan_files(
         repairing = previous is not None and (source.doc_id in repair
                                               or previous.fingerprint == REPAIR_FINGERPRINT)
         same_settings = (previous is not None and not force and not repairing
-                         and previous.fingerprint == expected_fingerprint(previous, fingerprint, ocr_key))
+                         and previous.fingerprint == expected_fingerprint(previous, fingerprint,
+                                                                          ocr_key))
         if (same_settings and previous is not None
                 and (previous.size, previous.mtime_ns) == (source.size, source.mtime_ns)):
             source = _with_hash(source, previous.content_hash)  # stat check: not read

@@ -57,8 +57,8 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
     (whose dimension check would otherwise answer first, less clearly).
 
     Raises:
-        RootConflict: see :func:`kbsync.catalog.identity.check_roots`; a NAME bound to another path, or a
-            path overlapping another NAME's bound path
+        RootConflict: see :func:`kbsync.catalog.identity.check_roots`; a NAME bound to
+            another path, or a path overlapping another NAME's bound path
             (:func:`kbsync.catalog.overlap.overlapping_bindings`), without ``rebind``.
         EmbedderMismatch: see :func:`kbsync.catalog.identity.check_embedder`.
     """

@@ -4,8 +4,8 @@ Invariant: until a document's state is committed, its previous version stays
 searchable; a crash at any point leaves the old state, and re-running redoes the
 document idempotently because point ids are deterministic (uuid5 over namespace,
 doc_id, chunk index, text hash: :func:`kbsync.catalog.schema.point_id`). Nothing here
-deletes a document because something failed. Tested by (a store failure between upsert and commit; the re-run converges
-on a clean run's index)
+deletes a document because something failed. Tested by (a store failure between upsert
+and commit; the re-run converges on a clean run's index)
 ``tests/ingest/test_runner.py::test_a_failure_between_upsert_and_commit_converges_on_rerun``
 and (a failed file keeps its previous version, searchable)
 ``tests/ingest/test_sync.py::test_failing_file_keeps_its_previous_version``.
