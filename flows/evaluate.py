@@ -20,7 +20,7 @@ from kbsync.eval.run import build_result, check_k, parse_modes
 from kbsync.catalog.active import resolve
 from kbsync.query.filters import SearchFilters
 from kbsync.query.llm import chat_model
-from kbsync.settings import Settings
+from kbsync.settings import load_settings
 from tasks import eval_tasks as t
 from tasks.resources import release, runtime_for
 from tasks.run_names import evaluate_run_name
@@ -53,7 +53,7 @@ def evaluate(
         filters: Query-time filters for every search: root, path_prefix, types (list), modified_since (ISO date or datetime).
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
-    settings = resolve(Settings())  # the active collection, with its model (kbsync.ingest.active)
+    settings = resolve(load_settings())  # the active collection, with its model (kbsync.ingest.active)
     specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
     check_k(k)
     # A bad filter is a usage error before work; the JSON form travels on (plain values).

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kbsync.errors import UsageError
 from kbsync.catalog.lock import DistributedLock, ingest_lock
 from kbsync.models import DocStatus, PlanAction, SourceFile
-from kbsync.settings import Settings
+from kbsync.settings import Settings, load_settings
 from kbsync.store.base import Filter
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class KnowledgeBase:
         from kbsync.catalog.active import resolve
 
         # The collection a rebuild made active, with its own model (kbsync.catalog.active).
-        self.settings = resolve(settings or Settings())
+        self.settings = resolve(settings or load_settings())
         self._runtime: Runtime | None = None
         self._distributed_lock = distributed_lock
 

@@ -1,4 +1,10 @@
-"""One settings object, read once at the edge (CLI, flow) and passed down.
+"""One settings object, read once at the edge and passed down.
+
+Every entry point (the CLI, the Python API, the flows) reads it with
+:func:`load_settings`, so each checks it the same way: a bad value is one
+:class:`~kbsync.errors.UsageError` line naming the variable, and a misspelt
+``KBSYNC_*`` name is warned about once per process. Aiming the settings at the
+collection a rebuild made active is the catalog's (:func:`kbsync.catalog.active.resolve`).
 
 Every field maps to a ``KBSYNC_*`` environment variable. Secrets are
 ``SecretStr`` so they never appear in ``repr``, logs, Prefect parameters or
@@ -14,8 +20,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from kbsync.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +231,46 @@ def unknown_variables(environ=None) -> list[tuple[str, str | None]]:
     return found
 
 
+_warned: set[str] = set()  # names warned about in this process (the CLI, then its flow)
+
+
 def warn_unknown_variables(environ=None) -> None:
-    """One warning line per unknown ``KBSYNC_*`` variable (a typo is otherwise silently
-    ignored, and the run goes on with the default it meant to change)."""
+    """One warning line per unknown ``KBSYNC_*`` variable, once per process (a typo is
+    otherwise silently ignored, and the run goes on with the default it meant to change)."""
     for name, close in unknown_variables(environ):
+        if name in _warned:
+            continue
+        _warned.add(name)
         hint = f"did you mean {close}? " if close else ""
         log.warning("unknown variable %s is ignored (%ssee the README's configuration table)",
                     name, hint)
+
+
+def settings_message(exc: ValidationError) -> str:
+    """``KBSYNC_X='abc' is not valid: <reason>`` for each error of a pydantic ``exc``."""
+    parts = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error.get("loc") else "?"
+        name = f"KBSYNC_{field.upper()}"
+        value = "" if "key" in field or "input" not in error else f"={error['input']!r}"
+        reason = str(error.get("msg", "invalid value"))
+        parts.append(f"{name}{value} is not valid: {reason[:1].lower()}{reason[1:]}")
+    return "; ".join(parts) or str(exc).splitlines()[0]
+
+
+def load_settings() -> Settings:
+    """The :class:`Settings` of the environment, as every entry point reads them.
+
+    Unknown ``KBSYNC_*`` names are warned about first (once per process). The result
+    is the environment as written: aiming it at the active collection is
+    :func:`kbsync.catalog.active.resolve`'s.
+
+    Raises:
+        UsageError: one line naming each bad variable and the reason (values of key
+            variables are never shown).
+    """
+    warn_unknown_variables()  # a typo would otherwise leave its default in force, unsaid
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise UsageError(settings_message(exc)) from None

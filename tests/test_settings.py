@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from kbsync.app.cli_support import load_settings
 from kbsync.errors import UsageError
-from kbsync.settings import DEFAULT_LOCAL_MODEL, EmbedProvider, Settings
+from kbsync.settings import DEFAULT_LOCAL_MODEL, EmbedProvider, Settings, load_settings
 
 SECRET = "sk-test-0123456789abcdef"
 SECRET_VARS = ("KBSYNC_QDRANT_API_KEY", "KBSYNC_EMBED_API_KEY", "KBSYNC_LLM_API_KEY")

@@ -142,12 +142,16 @@ def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         cli_support.setup_logging(args.verbose)
-        settings = cli_support.load_settings(resolve_active=False)
+        from kbsync.settings import load_settings
+
+        settings = load_settings()
         # rebuild reads the environment as written: it holds the new settings. The others
         # follow the active collection; resolving it may reach the store, so it comes after
         # the settings are known (a failure then names KBSYNC_QDRANT_URL).
         if args.command != "rebuild":
-            settings = cli_support.active_settings(settings)
+            from kbsync.catalog.active import resolve
+
+            settings = resolve(settings)
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
                    **cli_verify.COMMANDS, **cli_rebuild.COMMANDS}[args.command]

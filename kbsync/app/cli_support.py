@@ -90,48 +90,6 @@ def k_argument(text: str) -> int:
     return value
 
 
-# -- settings -------------------------------------------------------------------------------
-def load_settings(*, resolve_active: bool = True):
-    """The :class:`~kbsync.settings.Settings` of the environment, aimed at the collection a
-    ``kbsync rebuild`` made active (unless ``resolve_active`` is false: ``rebuild`` itself
-    wants the environment as written; see :mod:`kbsync.catalog.active`).
-
-    Raises:
-        UsageError: one line per bad variable, naming it and the reason (values of
-            key variables are never shown).
-    """
-    from pydantic import ValidationError
-
-    from kbsync.settings import Settings, warn_unknown_variables
-
-    warn_unknown_variables()  # a typo would otherwise leave its default in force, unsaid
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        raise UsageError(settings_message(exc)) from None
-    return active_settings(settings) if resolve_active else settings
-
-
-def active_settings(settings):
-    """``settings`` aimed at the active collection (after a rebuild's swap), with the
-    build settings it was made with (:func:`kbsync.catalog.active.resolve`)."""
-    from kbsync.catalog.active import resolve
-
-    return resolve(settings)
-
-
-def settings_message(exc) -> str:
-    """``KBSYNC_X='abc' is not valid: <reason>`` for each error of a pydantic ``exc``."""
-    parts = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error.get("loc") else "?"
-        name = f"KBSYNC_{field.upper()}"
-        value = "" if "key" in field or "input" not in error else f"={error['input']!r}"
-        reason = str(error.get("msg", "invalid value"))
-        parts.append(f"{name}{value} is not valid: {reason[:1].lower()}{reason[1:]}")
-    return "; ".join(parts) or str(exc).splitlines()[0]
-
-
 # -- logging --------------------------------------------------------------------------------
 class OneLineFormatter(logging.Formatter):
     """``LEVEL logger: message`` on one line, without the traceback."""

@@ -321,7 +321,7 @@ def search_kb(
 ) -> SearchResult:
     """Search with whatever is not given opened from the settings (``kbsync.search(...)``).
 
-    ``settings`` defaults to ``Settings()`` (``KBSYNC_*`` variables); a store
+    ``settings`` defaults to ``load_settings()`` (``KBSYNC_*`` variables); a store
     opened here is closed before returning (the embedded store locks its
     folder meanwhile: pass ``store`` to search repeatedly, or use
     ``kbsync.api``); the embedding service is the process-wide one for the
@@ -332,12 +332,12 @@ def search_kb(
         as :func:`search`, plus ``StoreUnavailable`` when another process holds
         the embedded store.
     """
-    from kbsync.settings import Settings
+    from kbsync.settings import load_settings
 
     from kbsync.catalog.active import resolve
 
     # The collection a rebuild made active, with its own model (kbsync.catalog.active).
-    settings = resolve(settings if settings is not None else Settings(), store)
+    settings = resolve(settings if settings is not None else load_settings(), store)
     if service is None:
         from kbsync.embed import build_embedding_service
 
