@@ -1,7 +1,8 @@
 """The ``evaluate`` flow: labelled queries -> search per mode -> metrics, reports, gate.
 
-The flow only arranges tasks; the work lives in :mod:`kbsync.eval.run` and
-:mod:`kbsync.eval.report`. It ends Failed (returning the JSON result as the
+The flow only arranges tasks: the sequence is :func:`kbsync.eval.sequence.run_evaluation`
+(the plain call's too), each step a task (``tasks.eval_tasks.PrefectEvalExecutor``); the
+work lives in :mod:`kbsync.eval.run` and :mod:`kbsync.eval.report`. It ends Failed (returning the JSON result as the
 state's data, like ``ingest``) when the regression gate trips: nDCG@10 of a
 mode dropped by more than ``regression_margin`` against the baseline run.
 """
@@ -16,13 +17,10 @@ from pydantic import Field
 
 from kbsync.errors import RetrievalRegression
 from kbsync.eval.report import gate_message
-from kbsync.eval.run import build_result, check_k, parse_modes
+from kbsync.eval.sequence import EvalRequest, run_evaluation
 from kbsync.catalog.active import resolve
-from kbsync.query.filters import SearchFilters
-from kbsync.query.llm import chat_model
 from kbsync.settings import load_settings
 from tasks import eval_tasks as t
-from tasks.resources import release, runtime_for
 from tasks.run_names import evaluate_run_name
 
 
@@ -53,27 +51,13 @@ def evaluate(
         filters: Query-time filters for every search: root, path_prefix, types (list), modified_since (ISO date or datetime).
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
-    settings = resolve(load_settings())  # the active collection, with its model (kbsync.ingest.active)
-    specs = parse_modes(modes)  # a mode search does not support is a usage error, before work
-    check_k(k)
-    # A bad filter is a usage error before work; the JSON form travels on (plain values).
-    filters = SearchFilters.build(**(filters or {})).to_dict()
-    if any(spec.needs_llm for spec in specs):
-        chat_model(settings)  # +mqe/+hyde without a chat model: a usage error, before work
-    queries = t.load_queries(queries_file)
-    try:
-        warnings = t.check_labels(queries, settings, namespace=namespace)
-        outcomes = []
-        for spec in specs:  # one after the other: latencies measured without competition
-            outcomes += t.search_mode(queries, spec, settings, namespace=namespace, k=k,
-                                      filters=filters)
-        embedding = runtime_for(settings).embedding_info()
-    finally:
-        release(settings)
-    result = build_result(queries, outcomes, k=k, namespace=namespace, warnings=warnings,
-                          embedding=embedding, filters=filters)
-    result = t.write_eval_report(result, report_dir, margin=regression_margin,
-                                 accept=accept_regression)
+    # The active collection, with its model (kbsync.catalog.active).
+    settings = resolve(load_settings())
+    # The sequence is the plain call's too (kbsync.eval.sequence); here each step is a task.
+    request = EvalRequest(queries_file=queries_file, namespace=namespace, k=k, modes=modes,
+                          report_dir=report_dir, margin=regression_margin,
+                          accept=accept_regression, filters=filters)
+    result = run_evaluation(request, t.PrefectEvalExecutor(settings))
     t.publish_eval(result)  # in the flow body: the artifacts belong to this flow run
     for mode, metrics in result.modes.items():
         logger.info("eval %s %s: hit@%d %.3f, MRR %.3f, nDCG@10 %.3f, p50 %.1f ms", namespace,

@@ -9,6 +9,7 @@ not a task: the flow calls it so its artifacts belong to the flow run.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -18,10 +19,10 @@ from kbsync.errors import TransientError
 from kbsync.eval.report import summary_markdown, table_rows, write_report
 from kbsync.eval.trend import drops_markdown, trend_markdown
 from kbsync.ingest.report import artifact_key
-from kbsync.query.llm import chat_model
+from kbsync.query.llm import ChatModel, chat_model
 from kbsync.settings import Settings
 from tasks.options import COMMON
-from tasks.resources import runtime_for
+from tasks.resources import release, runtime_for
 
 
 def _transient(task, task_run, state) -> bool:
@@ -45,8 +46,7 @@ def load_queries(queries_file: str) -> list[ev.EvalQuery]:
       retry_condition_fn=_transient, **COMMON)
 def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: str) -> list[str]:
     """Warnings for labelled doc_ids the namespace lacks; fails when it holds nothing."""
-    runtime = runtime_for(settings)
-    return ev.check_labels(queries, set(runtime.states.load(namespace)), namespace)
+    return ev.labels_in(queries, runtime_for(settings), namespace)
 
 
 @task(name="search-mode", retries=2, retry_delay_seconds=5,
@@ -64,6 +64,50 @@ def write_eval_report(result: ev.EvalResult, report_dir: str, *, margin: float,
                       accept: bool) -> ev.EvalResult:
     """Run the regression gate and write CSV, Markdown, chart, latest.json and history."""
     return write_report(result, report_dir, margin=margin, accept=accept)
+
+
+class PrefectEvalExecutor:
+    """The evaluate sequence's steps (:func:`kbsync.eval.sequence.run_evaluation`) as
+    Prefect tasks of the flow run, on the runtime of ``settings`` (opened by the first
+    task that needs it, released once searching is over).
+
+    Args:
+        settings: the flow's settings, aimed at the active collection.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def chat_model(self) -> ChatModel:
+        """The configured chat model (each search task makes its own from the settings)."""
+        return chat_model(self.settings)
+
+    def load_queries(self, queries_file: str) -> list[ev.EvalQuery]:
+        """The ``load-queries`` task."""
+        return load_queries(queries_file)
+
+    def check_labels(self, queries: list[ev.EvalQuery], *, namespace: str) -> list[str]:
+        """The ``check-labels`` task."""
+        return check_labels(queries, self.settings, namespace=namespace)
+
+    def search_mode(self, queries: list[ev.EvalQuery], spec: ev.ModeSpec, *, namespace: str,
+                    k: int, filters: dict[str, Any]) -> list[ev.QueryOutcome]:
+        """The ``search-<mode>`` task."""
+        return search_mode(queries, spec, self.settings, namespace=namespace, k=k,
+                           filters=filters)
+
+    def embedding_info(self) -> dict:
+        """The runtime's embedding model (no task: nothing to retry)."""
+        return runtime_for(self.settings).embedding_info()
+
+    def release(self) -> None:
+        """Close the runtime the searches used."""
+        release(self.settings)
+
+    def write_report(self, result: ev.EvalResult, report_dir: str, *, margin: float,
+                     accept: bool) -> ev.EvalResult:
+        """The ``write-report`` task."""
+        return write_eval_report(result, report_dir, margin=margin, accept=accept)
 
 
 def report_paths_markdown(result: ev.EvalResult) -> str:

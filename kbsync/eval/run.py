@@ -1,7 +1,8 @@
 """Retrieval evaluation over a labelled query set: parse, search per mode, score, aggregate.
 
-Plain core code (no Prefect): ``flows/evaluate.py`` arranges these functions
-as tasks and :func:`kbsync.eval.plain.evaluate_plain` chains them for tests and scripts.
+Plain core code (no Prefect): the one evaluate sequence (:mod:`kbsync.eval.sequence`)
+chains these functions, as Prefect tasks in ``flows/evaluate.py`` and in process in
+:func:`kbsync.eval.plain.evaluate_plain`.
 
 Query files are parsed by :mod:`kbsync.eval.queries` (re-exported here). A
 query with an empty ``relevant`` list is searched and counted (raw/kept counts,
@@ -31,7 +32,7 @@ from kbsync.query.llm import ChatModel
 log = logging.getLogger(__name__)
 
 __all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryOutcome",
-           "aggregate", "build_result", "check_labels", "load_queries",
+           "aggregate", "build_result", "check_labels", "labels_in", "load_queries",
            "parse_modes", "queries_hash", "run_mode"]
 
 NDCG_CUTOFF = 10
@@ -177,6 +178,11 @@ def check_labels(queries: Sequence[EvalQuery], known: set[str], namespace: str) 
                 warnings.append(f"line {q.line}: relevant doc_id {doc_id!r} is not in "
                                 f"namespace {namespace!r}")
     return warnings
+
+
+def labels_in(queries: Sequence[EvalQuery], runtime: Any, namespace: str) -> list[str]:
+    """:func:`check_labels` against the documents ``runtime``'s state records hold."""
+    return check_labels(queries, set(runtime.states.load(namespace)), namespace)
 
 
 def run_mode(
