@@ -55,10 +55,9 @@ import qdrant_edge as qe
 from kbsync.errors import UsageError
 from kbsync.store.base import SparseVec
 from kbsync.text import sparse_v1
+from kbsync.text.bm25 import K1, Bm25Params  # K1: re-exported (the tests read it here)
 from kbsync.text.cjk import count_cjk
 
-K1 = 1.2
-B = 0.75
 AVG_LEN = 50.0
 """Assumed average chunk length, in tokens of the tokenizer (see module doc)."""
 
@@ -66,23 +65,11 @@ MAX_TOKEN_CHARS = 64
 
 
 @dataclass(frozen=True)
-class SparseConfig:
-    """BM25 settings (the defaults are what ``SPARSE_VERSION`` names).
+class SparseConfig(Bm25Params):
+    """BM25 settings (:class:`~kbsync.text.bm25.Bm25Params`); the defaults are what
+    ``SPARSE_VERSION`` names."""
 
-    Attributes:
-        k1: term-frequency saturation (0 = binary weights).
-        b: length normalisation (0 = none, 1 = full).
-        avg_len: assumed average document length in tokens (> 0).
-    """
-
-    k1: float = K1
-    b: float = B
     avg_len: float = AVG_LEN
-
-    def __post_init__(self) -> None:
-        if self.k1 < 0 or not 0.0 <= self.b <= 1.0 or self.avg_len <= 0:
-            raise ValueError(f"bad BM25 parameters: k1={self.k1}, b={self.b}, "
-                             f"avg_len={self.avg_len}")
 
 
 DEFAULT = SparseConfig()

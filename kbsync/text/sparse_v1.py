@@ -62,14 +62,13 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kbsync.text.bm25 import K1, Bm25Params  # K1: re-exported (the tests read it here)
 from kbsync.text.cjk import CJK_WORD_CHARS
 from kbsync.store.base import SparseVec
 
 SPARSE_VERSION = "bm25-v1"
 """Changes whenever the tokeniser, hashing or weights change."""
 
-K1 = 1.2
-B = 0.75
 AVG_LEN = 160.0
 """Assumed average chunk length, in tokens of this tokeniser (see module doc)."""
 
@@ -88,27 +87,18 @@ STOP_WORDS = frozenset(
 
 
 @dataclass(frozen=True)
-class SparseConfig:
+class SparseConfig(Bm25Params):
     """Tokeniser and BM25 settings (the defaults are what ``SPARSE_VERSION`` names).
 
     Attributes:
+        k1, b, avg_len: as :class:`~kbsync.text.bm25.Bm25Params`.
         stem: apply the S-stemmer to alphabetic words.
         stop_words: drop ``STOP_WORDS``.
-        k1: term-frequency saturation (0 = binary weights).
-        b: length normalisation (0 = none, 1 = full).
-        avg_len: assumed average document length in tokens (> 0).
     """
 
+    avg_len: float = AVG_LEN
     stem: bool = True
     stop_words: bool = True
-    k1: float = K1
-    b: float = B
-    avg_len: float = AVG_LEN
-
-    def __post_init__(self) -> None:
-        if self.k1 < 0 or not 0.0 <= self.b <= 1.0 or self.avg_len <= 0:
-            raise ValueError(f"bad BM25 parameters: k1={self.k1}, b={self.b}, "
-                             f"avg_len={self.avg_len}")
 
 
 DEFAULT = SparseConfig()
