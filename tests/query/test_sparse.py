@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbsync.errors import UsageError
-from kbsync.text import sparse_v1
+from kbsync.text import sparse, sparse_v1
 from kbsync.text.sparse import (
     AVG_LEN,
     CURRENT,
@@ -69,11 +69,16 @@ def test_document_weights_are_bm25_term_frequencies() -> None:
     assert weight[gamma] == pytest.approx(expected[2], rel=1e-5)
 
 
-def test_saturation_and_length_normalisation() -> None:
-    (alpha,) = terms("alpha")
+# Both schemes (this one and the bm25-v1 that older collections keep) share these rules.
+SCHEMES = [pytest.param(sparse, id="current"), pytest.param(sparse_v1, id="bm25-v1")]
 
-    def weight(text: str, config: SparseConfig = DEFAULT) -> float:
-        vec = encode_document(text, config)
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_saturation_and_length_normalisation(scheme) -> None:
+    (alpha,) = scheme.encode_query("alpha").indices
+
+    def weight(text: str, config: SparseConfig = scheme.DEFAULT) -> float:
+        vec = scheme.encode_document(text, config)
         return dict(zip(vec.indices, vec.values))[alpha]
 
     once, ten, hundred = (weight(" ".join(["alpha"] * n)) for n in (1, 10, 100))
@@ -81,7 +86,7 @@ def test_saturation_and_length_normalisation() -> None:
     short_text = "alpha beta"
     long_text = "alpha " + " ".join(f"filler{i}" for i in range(300))
     assert weight(long_text) < weight(short_text)  # one mention counts less in a long chunk
-    flat = SparseConfig(b=0.0)  # no length normalisation
+    flat = scheme.SparseConfig(b=0.0)  # no length normalisation
     assert weight(long_text, flat) == pytest.approx(weight(short_text, flat))
 
 
@@ -92,16 +97,18 @@ def test_query_side_is_one_per_unique_term() -> None:
     assert set(q.indices) == terms("rotate") | terms("key") | terms("daily")
 
 
-def test_texts_without_terms_give_empty_vectors() -> None:
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_texts_without_terms_give_empty_vectors(scheme) -> None:
     for text in ("", "   ", "the of and", "!!! --- ###"):
-        assert encode_document(text).indices == []
-        assert encode_query(text).indices == []
+        assert scheme.encode_document(text).indices == []
+        assert scheme.encode_query(text).indices == []
 
 
-def test_bad_config_refused() -> None:
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_bad_config_refused(scheme) -> None:
     for kwargs in ({"k1": -1.0}, {"b": 1.5}, {"avg_len": 0.0}):
         with pytest.raises(ValueError):
-            SparseConfig(**kwargs)
+            scheme.SparseConfig(**kwargs)
 
 
 @pytest.mark.parametrize(("text", "indices"), [

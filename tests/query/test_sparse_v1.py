@@ -105,18 +105,8 @@ def test_document_weights_are_bm25_term_frequencies() -> None:
     assert doc.indices == sorted(doc.indices)
 
 
-def test_saturation_and_length_normalisation() -> None:
-    def weight(text: str, config: SparseConfig = DEFAULT) -> float:
-        vec = encode_document(text, config)
-        return dict(zip(vec.indices, vec.values))[token_index("alpha")]
-
-    once, ten, hundred = (weight(" ".join(["alpha"] * n)) for n in (1, 10, 100))
-    assert once < ten < hundred < K1 + 1  # grows, but saturates below k1 + 1
-    short_text = "alpha beta"
-    long_text = "alpha " + " ".join(f"filler{i}" for i in range(300))
-    assert weight(long_text) < weight(short_text)  # one mention counts less in a long chunk
-    flat = SparseConfig(b=0.0)  # no length normalisation
-    assert weight(long_text, flat) == pytest.approx(weight(short_text, flat))
+# Saturation, length normalisation, empty texts and bad parameters: tests/query/test_sparse.py
+# runs those for both schemes.
 
 
 def test_query_side_is_one_per_unique_term() -> None:
@@ -124,18 +114,6 @@ def test_query_side_is_one_per_unique_term() -> None:
     assert sorted(q.indices) == q.indices
     assert q.values == [1.0] * 3
     assert set(q.indices) == {token_index(t) for t in ("rotate", "key", "now")}
-
-
-def test_texts_without_terms_give_empty_vectors() -> None:
-    for text in ("", "   ", "the of and", "!!! --- ###"):
-        assert encode_document(text).indices == []
-        assert encode_query(text).indices == []
-
-
-def test_bad_config_refused() -> None:
-    for kwargs in ({"k1": -1.0}, {"b": 1.5}, {"avg_len": 0.0}):
-        with pytest.raises(ValueError):
-            SparseConfig(**kwargs)
 
 
 @settings(max_examples=60, deadline=None)
