@@ -6,7 +6,8 @@ Layers, lowest first (a module may import its own wing and any lower layer):
 0. ``kbsync.errors``, ``kbsync.models``, ``kbsync.settings``, ``kbsync.openai_http``,
    ``kbsync.retrying``, ``kbsync.home``
 1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``;
-   a floor uses another only through its interface (``*.base``) or the text tools
+   a floor uses another only through its interface (``*.base``) or the text tools,
+   and the store none of them (it stores: the ground floor only)
 2. ``kbsync.catalog``: what a collection is
 3. the sibling wings ``kbsync.ingest`` and ``kbsync.query``: neither imports the other
 4. ``kbsync.eval`` (never ``kbsync.ingest``)   5. ``kbsync.maintenance``
@@ -40,7 +41,9 @@ LAYERS = {
     "tasks": 8, "flows": 9, "deployments": 9,
 }
 FLOORS = {"kbsync.text", "kbsync.convert", "kbsync.embed", "kbsync.store"}
-NEVER = {"kbsync.eval": {"kbsync.ingest"}}
+NEVER = {"kbsync.eval": {"kbsync.ingest"},
+         # The store stores: it never embeds, chunks or reads text (the ground floor only).
+         "kbsync.store": {"kbsync.text", "kbsync.embed", "kbsync.convert"}}
 """Imports the layers would allow but the architecture forbids (wing -> wings)."""
 STARTS_RUNS = "kbsync.app"
 """The one part of kbsync/ that may import ``tasks`` and ``flows`` (lazily): the CLI."""
