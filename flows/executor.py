@@ -82,10 +82,12 @@ class _WriteHere:
     """The handle of a batch whose CPU work runs on a worker (``future``) and whose write
     runs in this process once the runner gathers it."""
 
-    __slots__ = ("future", "label", "namespace", "run_id")
+    __slots__ = ("future", "write", "label", "namespace", "run_id")
 
-    def __init__(self, future: Any, label: str, namespace: str, run_id: str) -> None:
-        self.future, self.label, self.namespace, self.run_id = future, label, namespace, run_id
+    def __init__(self, future: Any, write: Callable, label: str, namespace: str,
+                 run_id: str) -> None:
+        self.future, self.write, self.label = future, write, label
+        self.namespace, self.run_id = namespace, run_id
 
 
 class PrefectExecutor:
@@ -145,11 +147,13 @@ class PrefectExecutor:
         """
         if not self._split:
             return self._submit(step, args, label, after)
-        if step is steps.batch:
+        spec = steps.STEPS[step]
+        if spec.split is not None:  # a batch: prepare on a worker, write here when gathered
+            first, second = spec.split
             ctx, chunk_config, items, namespace, run_id = args
-            future = self._submit(steps.prepare, (ctx, chunk_config, items), label, after)
-            return _WriteHere(future, label, namespace, run_id)
-        if step in steps.STORE_FREE:
+            future = self._submit(first, (ctx, chunk_config, items), label, after)
+            return _WriteHere(future, second, label, namespace, run_id)
+        if spec.store_free:
             return self._submit(step, args, label, after)
         return _Done(self.call(step, *args, label=label))
 
@@ -174,7 +178,7 @@ class PrefectExecutor:
             return handle.value
         if isinstance(handle, _WriteHere):
             label = handle.label.replace("batch", "write", 1)
-            return self.call(steps.write, CONTEXT, handle.future.result(), handle.namespace,
+            return self.call(handle.write, CONTEXT, handle.future.result(), handle.namespace,
                              handle.run_id, label=label)
         return handle.result()
 

@@ -43,10 +43,11 @@ def _transient(task, task_run, state) -> bool:
 
 
 def _retry(step: Callable) -> dict[str, Any]:
-    """Retries for a step of ``steps.RETRIED``: an embedding endpoint gets longer to recover."""
-    if step not in steps.RETRIED:
+    """Retries of a step, from the step table: an embedding endpoint gets longer to recover."""
+    kind = steps.STEPS[step].retry
+    if kind is steps.Retry.NONE:
         return {}
-    retries, delay = (2, 5) if step in (steps.embed, steps.heal, steps.prepare) else (3, 2)
+    retries, delay = (2, 5) if kind is steps.Retry.ENDPOINT else (3, 2)
     return dict(retries=retries, retry_delay_seconds=delay, retry_condition_fn=_transient)
 
 

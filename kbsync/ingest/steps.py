@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Sequence
 
 from kbsync.catalog import checks as verify
 from kbsync.ingest import identity, room
@@ -161,10 +163,51 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> int:
 BATCH_STAGES = (convert, chunk, embed, upsert)
 """The stages every batch goes through, in order."""
 
-RETRIED = frozenset({batch, prepare, write, embed, upsert, heal, finish_root,
-                     record_identity, check_collection})
+
+class Retry(Enum):
+    """How a step's transient errors are retried (the idempotent writes make it safe)."""
+
+    NONE = "none"
+    STORE = "store"  # store unavailable, lock held: 3 tries 2 s apart
+    ENDPOINT = "endpoint"  # an embedding endpoint recovering: 2 tries 5 s apart
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What an executor needs to know of a step, beside its function.
+
+    ``store_free``: the step opens no store, so it may run in a process that cannot reach
+    the embedded store. ``split``: where the workers cannot reach the store, the step runs
+    as these two instead, the first (store-free) on a worker, the second here, on its value.
+    """
+
+    retry: Retry = Retry.NONE
+    store_free: bool = False
+    split: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+
+
+STEPS: dict[Callable[..., Any], StepSpec] = {
+    check_identity: StepSpec(),
+    preflight: StepSpec(),
+    record_identity: StepSpec(Retry.STORE),
+    check_collection: StepSpec(Retry.STORE),
+    seal_store: StepSpec(),
+    plan: StepSpec(),
+    batch: StepSpec(Retry.STORE, split=(prepare, write)),
+    prepare: StepSpec(Retry.ENDPOINT, store_free=True),
+    write: StepSpec(Retry.STORE),
+    embed: StepSpec(Retry.ENDPOINT),
+    upsert: StepSpec(Retry.STORE),
+    heal: StepSpec(Retry.ENDPOINT),
+    finish_root: StepSpec(Retry.STORE),
+}
+"""The step table: every step an executor may be handed, and how it runs. The retry and
+placement registries below, the Prefect tasks' retries (:mod:`tasks.ingest_tasks`) and the
+Prefect executor's split of a batch (:mod:`flows.executor`) are all read from it."""
+
+RETRIED = frozenset(step for step, spec in STEPS.items() if spec.retry is not Retry.NONE)
 """Steps a transient error (store unavailable, lock held, 5xx) may be retried for."""
 
-STORE_FREE = frozenset({prepare})
+STORE_FREE = frozenset(step for step, spec in STEPS.items() if spec.store_free)
 """Steps that open no store: the only ones an executor may hand to a process that cannot
 reach the embedded store (it runs every other step in the process holding the store)."""
