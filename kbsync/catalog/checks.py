@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from kbsync.models import DocState
 from kbsync.store.base import Filter, VectorStore
@@ -120,7 +120,29 @@ def check_root(store: VectorStore, collection: str, namespace: str, root: str,
     return check
 
 
-def check_collection(ctx, namespace: str, *, create: bool = True) -> str | None:
+class _StateName(Protocol):
+    @property
+    def state_collection(self) -> str: ...
+
+
+class CollectionContext(Protocol):
+    """What :func:`check_collection` uses of an :class:`kbsync.ingest.context.IngestContext`
+    (the catalog cannot name the ingest wing's type)."""
+
+    @property
+    def store(self) -> VectorStore: ...
+
+    @property
+    def collection(self) -> str: ...
+
+    @property
+    def config(self) -> _StateName: ...
+
+    def ensure_collection(self) -> None: ...
+
+
+def check_collection(ctx: CollectionContext, namespace: str, *,
+                     create: bool = True) -> str | None:
     """Before a run: a warning when the chunk collection is missing while ``namespace`` has
     records, after re-creating it (empty) so the plan's repairs can write into it.
 

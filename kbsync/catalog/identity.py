@@ -41,12 +41,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from kbsync.errors import EmbedderMismatch, RootConflict
 from kbsync.models import RootSpec, display_path
 from kbsync.text.sparse import CURRENT, LEGACY, SPARSE_VERSION, SparseEncoder, encoder_for
 from kbsync.catalog.state import StateStore
+
+if TYPE_CHECKING:  # the types only: importing this module stays as cheap as it was
+    from kbsync.embed.base import Embedder
+    from kbsync.embed.service import EmbeddingService
+    from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +99,8 @@ def stored_embedder(states: StateStore) -> EmbedderIdentity | None:
     return EmbedderIdentity.from_payload(records[0]) if records else None
 
 
-def check_embedder(states: StateStore, service, *, collection: str) -> EmbedderIdentity | None:
+def check_embedder(states: StateStore, service: Embedder, *,
+                   collection: str) -> EmbedderIdentity | None:
     """Refuse a configured embedder that differs from the one ``collection`` was built with.
 
     Provider and model are compared before the dimension, so a mismatch is found
@@ -139,7 +145,8 @@ def _encoder_of(stored: EmbedderIdentity | None, store, collection: str) -> Spar
     return LEGACY if store.count(collection) else CURRENT
 
 
-def check_query_embedder(store, service, *, collection: str) -> SparseEncoder:
+def check_query_embedder(store: VectorStore, service: EmbeddingService, *,
+                         collection: str) -> SparseEncoder:
     """:func:`check_embedder` for the query side, which knows only the chunk collection.
 
     The state collection's name follows :attr:`kbsync.settings.Settings.state_collection`.

@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 from kbsync.embed.base import Embedder
 from kbsync.catalog.state import StateStore
 from kbsync.models import Document
+from kbsync.settings import Settings
 from kbsync.store.base import VectorStore
 from kbsync.text.chunk import ChunkConfig
 from kbsync.text.sparse import SparseEncoder
@@ -114,3 +115,11 @@ class IngestContext(PrepareContext, Protocol):
         Raises:
             StoreUnavailable: the logical name now points elsewhere (retrying re-resolves).
         """
+
+
+class RunContext(IngestContext, Protocol):
+    """The context of a whole run started in this process (:func:`kbsync.ingest.runner.run_plain`,
+    ``kbsync verify --repair``), with the settings it was opened from: the write lock and the
+    store's folder are named by them. A step gets only an :class:`IngestContext`."""
+
+    settings: Settings

@@ -29,6 +29,7 @@ from kbsync.catalog.overlap import overlapping_bindings
 from kbsync.catalog.state import StateStore, utc_now
 from kbsync.errors import RootConflict
 from kbsync.ingest import remove as removal
+from kbsync.ingest.context import IngestContext
 from kbsync.models import RootSpec, display_path
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class IdentityPlan:
     pending_removals: list[str] = field(default_factory=list)  # interrupted `kbsync remove`s
 
 
-def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
+def check_run(roots: Sequence[RootSpec], *, runtime: IngestContext, namespace: str,
               rebind: bool = False) -> IdentityPlan:
     """Every identity check of an ingest (or ``add_text``), before anything is written.
 
@@ -63,11 +64,7 @@ def check_run(roots: Sequence[RootSpec], *, runtime, namespace: str,
         EmbedderMismatch: see :func:`kbsync.catalog.identity.check_embedder`.
     """
     check_roots(roots, home=runtime.config.home)
-    settings = getattr(runtime, "settings", None)
-    if settings is not None:  # a rebuild may have swapped while this run waited for the lock
-        from kbsync.catalog.active import check_still_active
-
-        check_still_active(settings, runtime.store)
+    runtime.check_still_active()  # a rebuild may have swapped while this run waited for the lock
     plan = IdentityPlan(namespace=namespace)
     states, service = runtime.states, runtime.service
     if check_embedder(states, service, collection=runtime.collection) is None:
@@ -106,7 +103,7 @@ def _check_name(spec: RootSpec, bound: dict[str, str], states: StateStore, names
     plan.bindings.append(RootBinding(namespace, spec.name, path))
 
 
-def record_run(plan: IdentityPlan, *, runtime, run_id: str) -> None:
+def record_run(plan: IdentityPlan, *, runtime: IngestContext, run_id: str) -> None:
     """Write the records :func:`check_run` found missing (never on a dry run).
 
     Interrupted removals of the namespace are finished first, then the roots a
@@ -147,7 +144,7 @@ def _check_overlaps(roots: Sequence[RootSpec], bound: dict[str, str], namespace:
                                      f"{name} ({path}): {name}'s documents are removed")
 
 
-def _check_pending_removals(runtime, namespace: str, plan: IdentityPlan) -> None:
+def _check_pending_removals(runtime: IngestContext, namespace: str, plan: IdentityPlan) -> None:
     """Interrupted removals of the namespace: this run finishes them (a dry run says so)."""
     for target in removal.pending(runtime.store, state_collection=runtime.config.state_collection,
                                   namespace=namespace):
@@ -156,7 +153,7 @@ def _check_pending_removals(runtime, namespace: str, plan: IdentityPlan) -> None
                              "finished before this run writes")
 
 
-def _remove_before_binding(plan: IdentityPlan, runtime) -> None:
+def _remove_before_binding(plan: IdentityPlan, runtime: IngestContext) -> None:
     config = runtime.config
     names = dict(collection=config.collection, state_collection=config.state_collection)
     removal.finish_pending(runtime.store, namespace=plan.namespace, **names)

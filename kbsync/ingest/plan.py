@@ -10,6 +10,7 @@ from typing import Sequence
 from kbsync.errors import ErrorCode, MassDeleteRefused
 from kbsync.ingest.discover import Discovery, discover
 from kbsync.ingest.classify import Plan, PlanItem, plan_files
+from kbsync.ingest.context import IngestContext
 from kbsync.catalog.checks import StoreCheck, check_root, damaged_documents
 from kbsync.models import PlanAction, RootSpec, SyncMode, display_path
 
@@ -46,7 +47,7 @@ class RootPlan:
 
 
 def plan_root(
-    root: RootSpec, *, runtime, namespace: str, mode: SyncMode, force: bool = False,
+    root: RootSpec, *, runtime: IngestContext, namespace: str, mode: SyncMode, force: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
 ) -> RootPlan:
     """Discover ``root`` and diff it against the stored state. Writes nothing.
@@ -97,7 +98,7 @@ def _warn_drift(result: RootPlan, check: StoreCheck, damaged: Sequence[str]) -> 
 
 
 def preflight_root(
-    root: RootSpec, *, runtime, namespace: str, include: Sequence[str] = (),
+    root: RootSpec, *, runtime: IngestContext, namespace: str, include: Sequence[str] = (),
     exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
 ) -> int:
     """Check full mode's guard for ``root`` without hashing anything.

@@ -27,6 +27,8 @@ from typing import Any, Iterator, Sequence
 
 from kbsync.errors import EmbeddingOutage, UsageError
 from kbsync.ingest import steps
+from kbsync.ingest.classify import PlanItem
+from kbsync.ingest.context import IngestContext, RunContext
 from kbsync.ingest.discover import iter_batches
 from kbsync.ingest.executor import CONTEXT, Executor, InProcess
 from kbsync.catalog.lock import ingest_lock
@@ -214,7 +216,7 @@ def run_batches(root: str, rp: RootPlan, request: IngestRequest, executor: Execu
 
 
 def run_plain(
-    roots: Sequence[RootSpec], *, runtime, namespace: str = "default",
+    roots: Sequence[RootSpec], *, runtime: RunContext, namespace: str = "default",
     mode: SyncMode = SyncMode.INCREMENTAL, force: bool = False, dry_run: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
     rebind: bool = False,
@@ -222,7 +224,7 @@ def run_plain(
     """The whole ingest in this thread, without Prefect, under the file write lock.
 
     Args:
-        runtime: an open :class:`kbsync.app.runtime.Runtime` (its ``settings``
+        runtime: an open :class:`kbsync.runtime.Runtime` (its ``settings``
             name the lock file).
     Raises:
         As :func:`run_ingest`.
@@ -234,7 +236,8 @@ def run_plain(
     return run_ingest(request, executor)
 
 
-def process_batch(items: Sequence, *, runtime, namespace: str, run_id: str) -> list[StageResult]:
+def process_batch(items: Sequence[PlanItem], *, runtime: IngestContext, namespace: str,
+                  run_id: str) -> list[StageResult]:
     """:func:`kbsync.ingest.steps.batch` in this thread (``kbsync verify --repair``
     rebuilds documents through it)."""
     return steps.batch(runtime, runtime.chunk_config, items, namespace, run_id)

@@ -22,9 +22,11 @@ from typing import Callable, Sequence
 from kbsync.text.chunk import ChunkConfig, chunk_document
 from kbsync.text.context import contextual_text
 from kbsync.convert import convert
+from kbsync.embed.base import Embedder
 from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, ErrorCode, InternalError,
                            KbsyncError, LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
+from kbsync.ingest.context import IngestContext
 from kbsync.ingest.counters import Count
 from kbsync.catalog.state import document_fingerprint
 from kbsync.ingest.classify import PlanItem
@@ -168,7 +170,8 @@ def chunk_stage(works: Sequence[DocWork], *, config: ChunkConfig) -> StageResult
     return result
 
 
-def embed_stage(works: Sequence[DocWork], *, service, contextual: bool = False) -> StageResult:
+def embed_stage(works: Sequence[DocWork], *, service: Embedder,
+                contextual: bool = False) -> StageResult:
     """Embed every chunk of the batch in one call (the service batches by 64).
 
     A document whose every chunk fell back to the zero vector is reported as
@@ -206,7 +209,8 @@ def _indexed(work: DocWork, chunk: Chunk, contextual: bool) -> str:
                            heading_path=chunk.heading_path) if contextual else chunk.text
 
 
-def _embed_each(works: Sequence[DocWork], *, service, contextual: bool) -> StageResult:
+def _embed_each(works: Sequence[DocWork], *, service: Embedder,
+                contextual: bool) -> StageResult:
     """The per-document fallback of :func:`embed_stage`."""
     result = StageResult()
     for work in works:
@@ -258,7 +262,8 @@ def merge(results: Sequence[StageResult]) -> StageResult:
     return total
 
 
-def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: str) -> StageResult:
+def write_stage(works: Sequence[DocWork], *, runtime: IngestContext, namespace: str,
+                run_id: str) -> StageResult:
     """Write each prepared document in the crash-safe order; count added and updated."""
     result = StageResult()
     for work in works:
@@ -285,7 +290,7 @@ def write_stage(works: Sequence[DocWork], *, runtime, namespace: str, run_id: st
     return result
 
 
-def heal_stage(items: Sequence[PlanItem], *, runtime, namespace: str,
+def heal_stage(items: Sequence[PlanItem], *, runtime: IngestContext, namespace: str,
                run_id: str) -> StageResult:
     """Re-embed the flagged chunks of unchanged ``partial`` documents (counted as updated)."""
     result = StageResult()

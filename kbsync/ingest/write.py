@@ -23,6 +23,7 @@ from kbsync.store.base import Filter, Point, VectorStore
 from kbsync.text.sparse import SparseEncoder
 
 if TYPE_CHECKING:
+    from kbsync.embed.base import Embedder
     from kbsync.embed.service import EmbedOutcome
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
 
 def heal_document(
     source: SourceFile, previous: DocState, *, store: VectorStore, states: StateStore,
-    service, collection: str, namespace: str, run_id: str, sparse: SparseEncoder,
+    service: Embedder, collection: str, namespace: str, run_id: str, sparse: SparseEncoder,
     contextual: bool = False,
 ) -> tuple[DocState, EmbedOutcome]:
     """Re-embed the zero-vector chunks of an unchanged ``partial`` document.

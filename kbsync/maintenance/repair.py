@@ -36,6 +36,7 @@ from typing import Iterable, Mapping
 
 from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest import identity
+from kbsync.ingest.context import RunContext
 from kbsync.ingest.discover import discover, iter_batches
 from kbsync.errors import StoreDrift
 from kbsync.ingest.summary import new_run_id
@@ -72,7 +73,7 @@ class RepairResult:
                 "set_aside": self.set_aside}
 
 
-def repair(runtime, report: VerifyReport, *, namespace: str | None = None
+def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None = None
            ) -> tuple[RepairResult, VerifyReport]:
     """Fix the drift in ``report`` (see the module docstring for the order and its limits).
 
@@ -98,7 +99,7 @@ def repair(runtime, report: VerifyReport, *, namespace: str | None = None
     return result, after
 
 
-def finish_removals(runtime, namespace: str | None = None) -> list[dict]:
+def finish_removals(runtime: RunContext, namespace: str | None = None) -> list[dict]:
     """Finish the interrupted removals of ``namespace`` (all when ``None``), each under
     its namespace's write lock; what each removed now (``Removal.to_dict``).
 
@@ -119,7 +120,7 @@ def finish_removals(runtime, namespace: str | None = None) -> list[dict]:
     return done
 
 
-def set_aside_damaged(runtime) -> Path | None:
+def set_aside_damaged(runtime: RunContext) -> Path | None:
     """Rename an embedded chunk collection the engine cannot open; returns where it went.
 
     The folder is kept (``<name>.damaged-<UTC time>`` beside it), never deleted;
@@ -150,7 +151,7 @@ def set_aside_damaged(runtime) -> Path | None:
         return aside
 
 
-def _repair_namespace(runtime, namespace: str, part: NamespaceReport,
+def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport,
                       result: RepairResult) -> None:
     """Steps 1-6 of the module docstring for one namespace, under its write lock."""
     plan = identity.check_run([], runtime=runtime, namespace=namespace)
@@ -169,14 +170,14 @@ def _repair_namespace(runtime, namespace: str, part: NamespaceReport,
     result.kept.extend(sorted(set(todo) - found))
 
 
-def _mark(runtime, states, result: RepairResult) -> None:
+def _mark(runtime: RunContext, states: Iterable[DocState], result: RepairResult) -> None:
     """Give each record the repair fingerprint (its points are left as they are)."""
     marked = [DocState(**{**s.__dict__, "fingerprint": REPAIR_FINGERPRINT}) for s in states]
     runtime.states.commit(marked)
     result.marked += len(marked)
 
 
-def _reprocess(runtime, namespace: str, todo: Mapping[str, DocState], run_id: str,
+def _reprocess(runtime: RunContext, namespace: str, todo: Mapping[str, DocState], run_id: str,
                result: RepairResult) -> set[str]:
     """Rebuild the documents of ``todo`` whose files are found; returns their doc_ids."""
     found: set[str] = set()
@@ -205,7 +206,7 @@ def _reprocess(runtime, namespace: str, todo: Mapping[str, DocState], run_id: st
     return found
 
 
-def _root_folder(runtime, namespace: str, root: str, states: Iterable[DocState]
+def _root_folder(runtime: RunContext, namespace: str, root: str, states: Iterable[DocState]
                  ) -> Path | None:
     """The existing folder root ``root`` was synced from, or ``None``.
 

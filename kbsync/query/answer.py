@@ -18,12 +18,16 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from kbsync.models import SearchHit
 from kbsync.query.filters import SearchFilters
 from kbsync.query.llm import ChatModel
 from kbsync.query.search import citation, search
+from kbsync.store.base import VectorStore
+
+if TYPE_CHECKING:  # the type only
+    from kbsync.embed.service import EmbeddingService
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +101,8 @@ def nothing_found(namespace: str) -> str:
 
 
 def ask(
-    question: str, *, store, service, collection: str, llm: ChatModel,
+    question: str, *, store: VectorStore, service: EmbeddingService, collection: str,
+    llm: ChatModel,
     namespace: str = "default", k: int = 5, min_score: float | None = DEFAULT_MIN_SCORE,
     max_context_chars: int = MAX_CONTEXT_CHARS, root: str | None = None,
     path_prefix: str | None = None, types: str | Sequence[str] | None = None,

@@ -37,7 +37,7 @@ import time
 import types
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from kbsync.query import expand
 from kbsync.query.filters import SearchFilters, stale_note
@@ -48,6 +48,9 @@ from kbsync.catalog.identity import check_query_embedder
 from kbsync.models import SearchHit
 from kbsync.text.sparse import SparseEncoder
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
+
+if TYPE_CHECKING:  # the type only
+    from kbsync.embed.service import EmbeddingService
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ def search(
     query: str,
     *,
     store: VectorStore,
-    service,
+    service: EmbeddingService,
     collection: str,
     namespace: str = "default",
     k: int = 5,
@@ -223,7 +226,7 @@ def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str]) -> l
     return probes
 
 
-def _search_one(probe: _Probe, *, store: VectorStore, service, collection: str,
+def _search_one(probe: _Probe, *, store: VectorStore, service: EmbeddingService, collection: str,
                 mode: SearchMode, limit: int, flt: Filter, notes: list[str],
                 sparse: SparseEncoder) -> list[ScoredPoint] | None:
     """Candidates for one text; ``None`` when a HyDE passage could not be embedded."""
