@@ -29,7 +29,7 @@ from kbsync.ingest.model_choice import rebuild_model
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
-from kbsync.settings import Settings
+from kbsync.settings import Settings, load_settings
 from tasks import rebuild_tasks as t
 from tasks.locking import run_lock
 from tasks.resources import release, runtime_for
@@ -75,7 +75,7 @@ def rebuild(
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
     started = time.perf_counter()
-    target = active.apply_build(Settings(), _checked_build(build))
+    target = active.apply_build(load_settings(), _checked_build(build))
     start_flow_watch(target)
     queries, specs = load_queries(queries_file), parse_modes(modes)
     check_k(k)
