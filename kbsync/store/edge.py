@@ -131,7 +131,7 @@ class EdgeStore:
                 return None
             dimension, sparse = eq.read_config(folder, name)
             diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
-            shard = es.load_shard(folder, name, es.collection_config(dimension, sparse=sparse))
+            shard = es.load_shard(folder, name, es.load_config(folder, dimension, sparse=sparse))
             handle = self._shards[name] = _Shard(shard, dimension, sparse,
                                                  unsealed=es.unsealed_points(shard))
             return handle
@@ -153,7 +153,8 @@ class EdgeStore:
         """Create the collection if missing, else check its dimension; add missing indexes.
 
         Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes;
-        ``bool_indexes`` get bool indexes, ``integer_indexes`` range indexes. ``sparse=True`` creates (or adds to an
+        ``bool_indexes`` get bool indexes, ``integer_indexes`` range indexes; all mapped in
+        sealed segments (``edge_seal.INDEX_MEMORY``). ``sparse=True`` creates (or adds to an
         existing shard) the IDF sparse vector.
 
         Raises:
@@ -190,7 +191,7 @@ class EdgeStore:
         with handle.lock, _errors("create index", name):
             existing = set(handle.shard.info().payload_schema)
             for operation in eq.index_operations(existing, keyword_indexes, bool_indexes,
-                                                  integer_indexes):
+                                                  integer_indexes, memory=es.INDEX_MEMORY):
                 handle.shard.update(operation)
 
     def collection_dimension(self, name: str) -> int | None:

@@ -122,20 +122,24 @@ def read_config(folder: Path, name: str) -> tuple[int, bool]:
 
 
 def index_operations(existing: set[str], keyword_indexes: Sequence[str],
-                     bool_indexes: Sequence[str], integer_indexes: Sequence[str] = ()) -> list[Any]:
+                     bool_indexes: Sequence[str], integer_indexes: Sequence[str] = (), *,
+                     memory: Any = None) -> list[Any]:
     """Updates creating the payload indexes not in ``existing`` (``namespace``: tenant;
-    integer indexes serve range conditions only: no value lookup)."""
+    integer indexes serve range conditions only: no value lookup), placed at ``memory``
+    in sealed segments (``edge_seal.INDEX_MEMORY``; ``None``: the engine's default)."""
     operations = []
     for key in keyword_indexes:
         if key not in existing:
-            params = qe.KeywordIndexParams(is_tenant=True if key in cv.TENANT_KEYS else None)
+            params = qe.KeywordIndexParams(is_tenant=True if key in cv.TENANT_KEYS else None,
+                                           memory=memory)
             operations.append(qe.UpdateOperation.create_field_index(key, params))
     for key in bool_indexes:
         if key not in existing:
-            operations.append(qe.UpdateOperation.create_field_index(key, qe.BoolIndexParams()))
+            operations.append(qe.UpdateOperation.create_field_index(
+                key, qe.BoolIndexParams(memory=memory)))
     for key in integer_indexes:
         if key not in existing:
-            ranged = qe.IntegerIndexParams(lookup=False, range=True)
+            ranged = qe.IntegerIndexParams(lookup=False, range=True, memory=memory)
             operations.append(qe.UpdateOperation.create_field_index(key, ranged))
     return operations
 

@@ -21,6 +21,8 @@ The layout: a segment seals when it holds :data:`SEAL_EVERY` points (chosen by
 original vectors and payloads in mapped files (``Memory.Cold``) and int8 scalar-quantized
 vectors in RAM (~1/4 of the float32 size); a dense search scans the quantized vectors and
 rescores the best ``OVERSAMPLING`` x k on the originals (recall@10 against exact >= 0.99).
+Their payload indexes, sparse inverted index and id tracker are mapped files too
+(:data:`INDEX_MEMORY`), so opening a store maps them instead of rebuilding them in RAM.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
 from kbsync.store import diskspace
-from kbsync.store.edge_check import require_whole_segments, seal_need
+from kbsync.store.edge_check import is_appendable, require_whole_segments, seal_need
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,13 @@ OVERSAMPLING = 2.0
 """Quantized candidates per result that are rescored on the original vectors."""
 
 QUANTILE = 0.99
+
+INDEX_MEMORY = qe.Memory.Cold
+"""Placement of a sealed segment's payload indexes, sparse inverted index and id tracker:
+mapped files, read on demand and left to the page cache. The engine's default keeps them
+on the heap, and an open then rebuilt them for every sealed segment (reopen 12.9 s at 1M
+chunks, docs/SCALING.md); mapped, an open reads a few small files per segment. A seal
+costs the same either way (the index builds parse every payload: ``seal``)."""
 
 
 def seal_threshold_kb(dimension: int) -> int:
@@ -91,18 +100,53 @@ def search_params() -> Any:
         rescore=True, oversampling=OVERSAMPLING))
 
 
-def collection_config(dimension: int, *, sparse: bool) -> Any:
+def collection_config(dimension: int, *, sparse: bool, placement: Any = INDEX_MEMORY) -> Any:
     """The ``EdgeConfig`` of a new collection, and the one given when opening a shard
     (what it leaves unset, the engine keeps as the shard has it): original vectors and
-    payloads mapped, sealed segments int8-quantized without a graph."""
+    payloads mapped, sealed segments int8-quantized without a graph, their sparse index and
+    id tracker placed at ``placement`` (``None``: the engine's default, on the heap)."""
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine,
                                             memory=qe.Memory.Cold)},
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf,
+                                                          memory=placement)}
         if sparse else None,
         hnsw_config=hnsw_config(), quantization_config=quantization_config(),
-        payload_memory=qe.Memory.Cold, optimizers=optimizers_config(dimension),
+        payload_memory=qe.Memory.Cold, id_tracker_memory=placement,
+        optimizers=optimizers_config(dimension),
     )
+
+
+def load_config(folder: Path, dimension: int, *, sparse: bool) -> Any:
+    """The ``EdgeConfig`` to open the existing shard at ``folder`` with.
+
+    A shard whose sealed segments were built with their indexes on the heap (kbsync before
+    :data:`INDEX_MEMORY`) keeps that placement: given another one, the engine's next
+    ``optimize()`` would rebuild every sealed segment in one call (minutes at 1M chunks,
+    holding the GIL). Such a store works as before; a rebuild (``kbsync rebuild``) maps
+    its indexes. Every other shard gets :data:`INDEX_MEMORY`.
+    """
+    placement: Any = INDEX_MEMORY
+    if has_sealed_segments(folder) and not _persisted_placement_is_ours(folder):
+        placement = None
+        log.info("edge collection at %s keeps its in-RAM indexes (sealed before they were "
+                 "mapped); `kbsync rebuild` maps them", folder)
+    return collection_config(dimension, sparse=sparse, placement=placement)
+
+
+def _persisted_placement_is_ours(folder: Path) -> bool:
+    try:
+        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    ours = str(INDEX_MEMORY).rsplit(".", 1)[-1].lower()  # "Memory.Cold" -> "cold", as persisted
+    return str(config.get("id_tracker_memory") or "") == ours
+
+
+def has_sealed_segments(folder: Path) -> bool:
+    """Whether the shard at ``folder`` has a sealed (non-appendable) segment."""
+    return any(not is_appendable(segment) for segment in (folder / "segments").glob("*/")
+               if (segment / "segment.json").is_file())
 
 
 def is_sealed_layout(folder: Path) -> bool:
@@ -146,7 +190,7 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
         DiskFull: less free space under ``folder`` than the seal may write (the engine
             writes mapped files: on a full disk it would die of SIGBUS); nothing is sealed.
     """
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     diskspace.require(folder, need=seal_need(folder), what=f"sealing a segment of {name!r}")
     with _errors("seal", name):
         handle.shard.flush()
@@ -154,8 +198,10 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
         handle.shard.optimize()
         handle.unsealed = unsealed_points(handle.shard)
     took = time.perf_counter() - started
-    log.info("edge collection %s: sealed a segment in %.2f s (%d points not sealed)",
-             name, took, handle.unsealed)
+    # CPU beside wall time: the engine holds the GIL, so nothing else of this process ran
+    # meanwhile, and on a shared machine the wall time is mostly waiting for a core.
+    log.info("edge collection %s: sealed a segment in %.2f s (%.2f s of CPU; %d points not "
+             "sealed)", name, took, time.process_time() - cpu, handle.unsealed)
     return took
 
 
