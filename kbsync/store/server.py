@@ -20,7 +20,10 @@ server's default, so plain ``Fusion.RRF`` works on every server version).
 
 Against a cluster, :class:`~kbsync.store.cluster.ClusterConfig` gives new
 collections their shards, replication and on-disk layout, and every upsert and
-delete its write ordering; every write waits for its result.
+delete its write ordering; every write waits for its result. New collections also get
+the embedded store's segment layout (``server_query.optimizers_config`` and
+``quantization_config``: indexed at the seal size, int8 with rescoring on search);
+local mode accepts and ignores both.
 """
 
 from __future__ import annotations
@@ -150,6 +153,8 @@ class ServerStore:
                 self._call("create", name, self._client.create_collection, name,
                            vectors_config={DENSE: self._cluster.dense_params(dimension)},
                            sparse_vectors_config=sparse_config,
+                           optimizers_config=sq.optimizers_config(dimension),
+                           quantization_config=sq.quantization_config(),
                            **self._cluster.collection_kwargs())
                 log.info("created qdrant collection %s (dim %d%s)", name, dimension,
                          ", sparse" if sparse else "")
@@ -315,7 +320,7 @@ class ServerStore:
         result = self._read(
             "search", name, self._client.query_points, name, query=query, using=DENSE,
             query_filter=client_filter, limit=limit, score_threshold=threshold,
-            with_payload=True, with_vectors=False,
+            search_params=sq.search_params(), with_payload=True, with_vectors=False,
         )
         return sq.scored(result)
 
@@ -359,7 +364,8 @@ class ServerStore:
         if dim is None:
             return []
         prefetch = [models.Prefetch(query=cv.check_query(dense, dim), using=DENSE,
-                                    filter=client_filter, limit=candidates)]
+                                    filter=client_filter, limit=candidates,
+                                    params=sq.search_params())]
         if query.indices:  # an empty sparse query matches nothing
             prefetch.append(models.Prefetch(
                 query=models.SparseVector(indices=query.indices, values=query.values),

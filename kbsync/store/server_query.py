@@ -137,3 +137,34 @@ def dense_size(info: Any, name: str) -> int:
     if params.distance != models.Distance.COSINE:
         raise StoreError(f"qdrant: collection {name!r} uses {params.distance} distance, not Cosine")
     return int(params.size)
+
+
+# --- the sealed, quantized layout on a server (issue 23) ----------------------------------
+# The embedded store's choices (kbsync.store.edge_seal), as a server takes them: a segment is
+# indexed and int8-quantized once it holds SEAL_EVERY points' worth of dense vectors, and a
+# dense search rescores OVERSAMPLING x k quantized candidates on the original vectors. A
+# server builds its HNSW graph (its default m=16) in background threads, so unlike the
+# embedded engine (m=0: the build would hold the GIL) it keeps one.
+
+
+def optimizers_config(dimension: int) -> models.OptimizersConfigDiff:
+    """A new collection's optimizer: index a segment at the embedded store's seal size."""
+    from kbsync.store.edge_seal import seal_threshold_kb
+
+    return models.OptimizersConfigDiff(indexing_threshold=seal_threshold_kb(dimension))
+
+
+def quantization_config() -> models.ScalarQuantization:
+    """int8 scalar quantization of indexed segments, the quantized vectors kept in RAM."""
+    from kbsync.store.edge_seal import QUANTILE
+
+    return models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
+        type=models.ScalarType.INT8, quantile=QUANTILE, always_ram=True))
+
+
+def search_params() -> models.SearchParams:
+    """Dense search parameters: rescore the quantized candidates on the original vectors."""
+    from kbsync.store.edge_seal import OVERSAMPLING
+
+    return models.SearchParams(quantization=models.QuantizationSearchParams(
+        rescore=True, oversampling=OVERSAMPLING))
