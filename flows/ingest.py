@@ -24,7 +24,7 @@ from kbsync.ingest.run_counts import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
-from kbsync.settings import Settings
+from kbsync.settings import load_settings
 from tasks.artifacts import publish_refusal, publish_summary
 from tasks.events import sync_finished
 from tasks.resources import release
@@ -71,7 +71,7 @@ def ingest(
     logger = get_run_logger()
     # Read once; every step gets these values. resolve(): the collection a rebuild made
     # active, with its build settings (kbsync.ingest.active).
-    settings = resolve(Settings())
+    settings = resolve(load_settings())
     start_flow_watch(settings)  # a lost Prefect API ends the run within a bound (tasks.watchdog)
     # Root paths travel as valid UTF-8 (\xNN for bytes that are not): see root_parameter.
     request = IngestRequest(
