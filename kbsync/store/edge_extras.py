@@ -1,0 +1,156 @@
+"""The embedded adapter's methods beyond writes and searches: paging, sealing, optimizing,
+flushing, listing and dropping collections.
+
+Split from ``edge.py`` (which keeps the folder lock, the handles, writes and searches) as a
+base class of :class:`~kbsync.store.edge.EdgeStore`; every call into a shard holds its lock,
+as there.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import qdrant_edge as qe
+
+from kbsync.errors import KbsyncError
+from kbsync.store import edge_query as eq
+from kbsync.store import edge_seal as es
+from kbsync.store import validate as cv
+from kbsync.store.base import DENSE, Filter, Point
+from kbsync.store.edge_query import errors as _errors
+from kbsync.store.edge_query import to_edge_filter
+from kbsync.store.edge_seal import Shard
+
+log = logging.getLogger(__name__)
+
+
+def _vector_of(record: Any) -> list[float] | None:
+    vec = record.vector
+    if isinstance(vec, dict):
+        vec = vec.get(DENSE)
+    return list(vec) if vec is not None else None
+
+
+class EdgeExtras:
+    """Paging and upkeep of :class:`~kbsync.store.edge.EdgeStore` (see there)."""
+
+    path: Path
+    _lock: threading.Lock
+    _shards: dict[str, Shard]
+
+    def _folder(self, name: str) -> Path:
+        raise NotImplementedError
+
+    def _get(self, name: str) -> Shard | None:
+        raise NotImplementedError
+
+    def _require(self, name: str) -> Shard:
+        raise NotImplementedError
+
+    def scroll(
+        self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
+        with_vectors: bool = False, page_size: int = 1024,
+    ) -> Iterator[Point]:
+        """Iterate over matching points in id order, one locked engine call per page.
+
+        Points written or deleted while iterating may or may not be seen.
+        """
+        offset: str | None = None
+        while True:
+            points, offset = self.scroll_page(name, flt, offset=offset, limit=page_size,
+                                              with_payload=with_payload,
+                                              with_vectors=with_vectors)
+            yield from points
+            if offset is None:
+                return
+
+    def scroll_page(
+        self, name: str, flt: Filter | None = None, *, offset: str | None = None,
+        limit: int = 1024, with_payload: bool = True, with_vectors: bool = False,
+    ) -> tuple[list[Point], str | None]:
+        """One page of :meth:`scroll` from ``offset`` (a point id, ``None``: the start).
+
+        Returns the points and the offset of the next page (``None`` after the last);
+        ``([], None)`` when the collection is missing. The relay serves scrolls this way.
+        """
+        cv.check_limit(limit, "page_size")
+        edge_filter = to_edge_filter(flt)
+        start = None if offset is None else cv.check_point_id(offset)
+        handle = self._get(name)
+        if handle is None:
+            return [], None
+        request = qe.ScrollRequest(
+            offset=start, limit=limit, filter=edge_filter,
+            with_payload=with_payload, with_vector=[DENSE] if with_vectors else False,
+        )
+        with handle.lock, _errors("scroll", name):
+            records, following = handle.shard.scroll(request)
+        points = [Point(id=str(rec.id), payload=(rec.payload or {}) if with_payload else {},
+                        vector=_vector_of(rec) if with_vectors else None) for rec in records]
+        return points, None if following is None else str(following)
+
+    # --- extras -------------------------------------------------------------
+    def seal(self, name: str) -> dict:
+        """Seal collection ``name``'s appendable segment if it holds ``SEAL_EVERY`` points or
+        more (a store made before sealed segments, or one killed before its seal).
+
+        Returns ``{"points": sealed, "seconds": spent}`` (0 points: nothing was due); a
+        missing collection seals nothing. Blocking: one engine call per segment due.
+        """
+        handle = self._get(name)
+        if handle is None:
+            return {"points": 0, "seconds": 0.0}
+        with handle.lock:
+            return es.seal_reported(handle, name, self._folder(name))
+
+    def optimize(self, name: str | None = None) -> bool:
+        """Vacuum deleted points, merge and seal segments (all open collections when ``name``
+        is None).
+
+        No HNSW graph is built (``edge_seal.hnsw_config``: m=0). Blocking and
+        GIL-holding, for about a copy of the segments it rewrites: not on a request path.
+        Returns whether anything was optimized.
+        """
+        with self._lock:
+            targets = list(self._shards.items()) if name is None else []
+        if name is not None:
+            targets = [(name, self._require(name))]
+        changed = False
+        for cname, handle in targets:
+            with handle.lock, _errors("optimize", cname):
+                changed = bool(handle.shard.optimize()) or changed
+        return changed
+
+    def flush(self) -> None:
+        """Flush every open collection to disk."""
+        with self._lock:
+            targets = list(self._shards.items())
+        for cname, handle in targets:
+            with handle.lock, _errors("flush", cname):
+                handle.shard.flush()
+
+    # --- collections (kbsync rebuild) --------------------------------------------
+    def collection_names(self) -> list[str]:
+        """Every collection in the store folder (a folder holding a shard config)."""
+        return sorted(p.name for p in self.path.iterdir() if (p / eq.CONFIG_FILE).is_file())
+
+    def drop_collection(self, name: str) -> None:
+        """Close and delete collection ``name`` (missing: nothing happens)."""
+        folder = self._folder(name)
+        with self._lock:
+            handle = self._shards.pop(name, None)
+        if handle is not None:
+            with handle.lock, _errors("close", name):
+                handle.shard.close()
+        if folder.exists():
+            shutil.rmtree(folder)
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except KbsyncError as exc:  # close() flushes again and raises it then
+            log.debug("flush before stopping the relay failed: %s", exc)
