@@ -70,7 +70,7 @@ def ingest(
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     logger = get_run_logger()
     # Read once; every step gets these values. resolve(): the collection a rebuild made
-    # active, with its build settings (kbsync.ingest.active).
+    # active, with its build settings (kbsync.catalog.active).
     settings = resolve(load_settings())
     start_flow_watch(settings)  # a lost Prefect API ends the run within a bound (tasks.watchdog)
     # Root paths travel as valid UTF-8 (\xNN for bytes that are not): see root_parameter.

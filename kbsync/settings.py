@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     active_of: str | None = Field(
         None, description="Set by kbsync, not by hand: the logical collection name when "
         "`collection` is the physical collection a `kbsync rebuild` made active "
-        "(kbsync.ingest.active); write locks are taken on the logical name.")
+        "(kbsync.catalog.active); write locks are taken on the logical name.")
 
     embed_provider: EmbedProvider = Field(EmbedProvider.LOCAL, description="local | hash | openai")
     embed_model: str | None = Field(

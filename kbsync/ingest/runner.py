@@ -148,7 +148,7 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
     """One root: plan, then its batches through the stages, then heal and deletions.
 
     The plan also reprocesses documents whose points no longer match their state
-    (``kbsync.ingest.verify.check_root``), counted in ``repaired``.
+    (``kbsync.catalog.checks.check_root``), counted in ``repaired``.
     """
     summary = _new_summary(request, executor)
     ns = request.namespace

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from kbsync.catalog import checks as verify
+from kbsync.catalog import checks
 from kbsync.ingest import identity, room
 from kbsync.ingest.context import IngestContext, PrepareContext
 from kbsync.ingest.plan import DeleteGuard, RootPlan, plan_root, preflight_root
@@ -48,7 +48,7 @@ def record_identity(ctx: IngestContext, plan: identity.IdentityPlan, run_id: str
 
 def check_collection(ctx: IngestContext, namespace: str, create: bool) -> str | None:
     """A warning when the chunk collection was missing while records exist."""
-    return verify.check_collection(ctx, namespace, create=create)
+    return checks.check_collection(ctx, namespace, create=create)
 
 
 def seal_store(ctx: IngestContext) -> dict:
