@@ -50,8 +50,9 @@ log = logging.getLogger(__name__)
 SEAL_EVERY = 20_000
 """Points an appendable segment takes before it seals: bounds one seal call and the float scan
 of the unsealed tail; 1M chunks make 50 sealed segments. A seal of the chunk layout (8 payload
-indexes, the sparse index) cost ~4.7 s per 20k points on the 2-core machine at load 10-12, of
-which ~1.3 s without the payload indexes (docs/SCALING.md): a larger N seals less often but
+indexes, the sparse index) costs 2.3-3.1 s of CPU per 20k points on the 2-core machine at load
+5-7 (~0.25 s fixed plus ~110 µs a point, most of it the index builds parsing every payload
+again), ~1.3 s without the payload indexes (docs/SCALING.md): a larger N seals less often but
 holds the engine (and the GIL) longer each time."""
 
 OVERSAMPLING = 2.0
