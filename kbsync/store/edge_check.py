@@ -13,7 +13,8 @@ Facts about qdrant-edge-py 0.9.0's sealed (non-appendable) segment files relied 
 
 - ``segment.json`` names the dense vector with ``storage_type`` ``Mmap`` (an appendable
   segment's is ``ChunkedMmap``, preallocated in chunks: its sizes say nothing);
-- ``id_tracker.versions`` holds 8 bytes per point;
+- ``id_tracker.versions`` holds 8 bytes per point, ``id_tracker.deleted`` a bit per point
+  (cut short, the engine panics on open: a ``PanicException`` no ``except Exception`` catches);
 - ``vector_storage-<name>/matrix.dat`` holds a 4-byte header and ``size`` float32 per
   point; ``quantized.data`` (int8 scalar) ``size + 4`` bytes per point.
 """
@@ -37,7 +38,7 @@ def _expected_sizes(segment: Path) -> list[tuple[str, int]]:
         points = (segment / "id_tracker.versions").stat().st_size // _VERSION_BYTES
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    expected = []
+    expected = [("id_tracker.deleted", (points + 7) // 8)]
     for name, params in (config.get("vector_data") or {}).items():
         if params.get("storage_type") != "Mmap":
             continue

@@ -135,3 +135,20 @@ def test_a_small_store_of_the_older_layout_without_sealed_segments_gets_mapped_i
         assert store.count("kb") == 1500
     sealed = _sealed(tmp_path / "kb")
     assert sealed and all(_placement(s)[:2] == ("Mmap", "cold") for s in sealed)
+
+
+def test_a_sealed_segment_with_its_deleted_flags_cut_short_is_named_before_the_engine_panics(
+        tmp_path: Path, small_seal: int) -> None:
+    """Cut short, ``id_tracker.deleted`` made the engine panic on open (a ``PanicException``,
+    which no ``except Exception`` catches); it is a one-line ``StoreDrift`` instead."""
+    from kbsync.errors import StoreDrift
+
+    with EdgeStore(tmp_path) as store:
+        store.ensure_collection("kb", dimension=DIM, keyword_indexes=("namespace",), sparse=True)
+        store.upsert("kb", _points(_vectors(1500)))
+    flags = _sealed(tmp_path / "kb")[0] / "id_tracker.deleted"
+    with flags.open("r+b") as fh:
+        fh.truncate(flags.stat().st_size // 2)
+    with EdgeStore(tmp_path) as store:
+        with pytest.raises(StoreDrift, match="id_tracker.deleted has"):
+            store.count("kb")
