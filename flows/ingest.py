@@ -20,7 +20,7 @@ from kbsync.errors import FilesFailed, KbsyncError
 from kbsync.catalog.active import resolve
 from kbsync.ingest.discover import local_root, parse_root
 from kbsync.ingest.plan import DeleteGuard
-from kbsync.ingest.run_counts import counts_of
+from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode

@@ -183,7 +183,7 @@ def _failed(exc: BaseException, argv: list[str], args, settings) -> int:
 def _ingest_counts(exc: BaseException, args, settings) -> dict:
     """The counts a failed ingest reached (attached by the flow), else the summary's zeros."""
     from kbsync.ingest.summary import IngestSummary
-    from kbsync.ingest.run_counts import counts_of
+    from kbsync.ingest.summary import counts_of
 
     counts = counts_of(exc)
     if counts is not None:

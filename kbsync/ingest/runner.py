@@ -13,8 +13,10 @@ through here, with an executor that decides where each step runs
 - a dry run plans and checks but writes nothing, not even a missing collection;
 - when documents needed embedding and every one failed, the run raises
   :class:`~kbsync.errors.EmbeddingOutage` (the endpoint looks down);
-- whatever ends the run, the counts reached ride on the exception
-  (:mod:`kbsync.ingest.run_counts`).
+- whatever ends the run, the counts reached ride on the exception.
+
+The runner hands every step's result to one :class:`~kbsync.ingest.summary.Tally`,
+which alone writes the summary (:mod:`kbsync.ingest.summary`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from kbsync.errors import EmbeddingOutage, UsageError
+from kbsync.errors import UsageError
 from kbsync.ingest import steps
 from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.context import IngestContext, RunContext
@@ -33,10 +35,8 @@ from kbsync.ingest.discover import iter_batches
 from kbsync.ingest.executor import CONTEXT, Executor, InProcess
 from kbsync.catalog.lock import ingest_lock
 from kbsync.ingest.plan import DeleteGuard, RootPlan
-from kbsync.ingest.run_counts import attach, keep_counts
 from kbsync.ingest.stages import StageResult
-from kbsync.ingest.summary import (IngestSummary, account_dry_run, account_plan, account_repaired,
-                                   account_stage, account_unfinished, add_seconds, new_run_id)
+from kbsync.ingest.summary import IngestSummary, Tally, new_run_id
 from kbsync.models import PlanAction, RootSpec, SyncMode
 
 log = logging.getLogger(__name__)
@@ -77,45 +77,35 @@ def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
     """
     started = time.perf_counter()
     check_names(request.roots)
-    summary = _new_summary(request, executor)
-    try:
+    tally = _new_tally(request, executor)
+    with tally.kept(started=started):  # the counts reached travel with the error
         with executor.write_lock(request.namespace):
-            checked = time.perf_counter()
-            # Under the lock: two first ingests of one collection cannot choose twice.
-            executor.choose_model(request.roots, dry_run=request.dry_run)
-            _check_run(request, executor, summary)
-            add_seconds(summary, {"checks": time.perf_counter() - checked})
+            with tally.timed("checks"):
+                # Under the lock: two first ingests of one collection cannot choose twice.
+                executor.choose_model(request.roots, dry_run=request.dry_run)
+                _check_run(request, executor, tally)
             if not request.dry_run:
-                _seal_store(executor, summary)
+                sealed = executor.call(steps.seal_store, CONTEXT, label="seal-store")
+                tally.sealed(sealed["points"], sealed["seconds"])
             for spec in request.roots:
-                part = executor.run_root(spec.name, _root_body(spec, request, executor))
-                summary.merge(part)
-    except BaseException as exc:  # the counts reached travel with the error
-        attach(exc, summary, started=started)
-        raise
-    summary.duration_s = round(time.perf_counter() - started, 3)
-    if summary.embedding_outage():
-        outage = EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
-                                 "the embedding endpoint looks down; nothing new was stored")
-        attach(outage, summary)
-        raise outage
-    return summary
+                tally.merge(executor.run_root(spec.name, _root_body(spec, request, executor)))
+    return tally.close(started)
 
 
-def _new_summary(request: IngestRequest, executor: Executor) -> IngestSummary:
-    return IngestSummary(run_id=request.run_id, namespace=request.namespace,
-                         collection=executor.config.collection, mode=request.mode.value,
-                         dry_run=request.dry_run)
+def _new_tally(request: IngestRequest, executor: Executor) -> Tally:
+    return Tally(IngestSummary(run_id=request.run_id, namespace=request.namespace,
+                               collection=executor.config.collection, mode=request.mode.value,
+                               dry_run=request.dry_run))
 
 
-def _check_run(request: IngestRequest, executor: Executor, summary: IngestSummary) -> None:
+def _check_run(request: IngestRequest, executor: Executor, tally: Tally) -> None:
     """Every check before the first write, in the order that keeps a refusal write-free."""
     ns = request.namespace
     # Identity first: a conflict must not reach the plan (full mode would count another
     # share's documents as missing).
     bound = executor.call(steps.check_identity, CONTEXT, request.roots, ns, request.rebind,
                           label="check-identity")
-    summary.warnings.extend(bound.warnings)
+    tally.warn(*bound.warnings)
     if request.mode is SyncMode.FULL and not request.guard.allow_mass_delete:
         for spec in request.roots:
             executor.call(steps.preflight, CONTEXT, spec, ns, request.include, request.exclude,
@@ -125,17 +115,7 @@ def _check_run(request: IngestRequest, executor: Executor, summary: IngestSummar
                       label="record-identity")
     missing = executor.call(steps.check_collection, CONTEXT, ns, not request.dry_run,
                             label="check-collection")
-    summary.warnings.extend([missing] if missing else [])
-
-
-def _seal_store(executor: Executor, summary: IngestSummary) -> None:
-    """Seal what the store holds unsealed (``stage_s["seal"]`` and a warning when it did)."""
-    sealed = executor.call(steps.seal_store, CONTEXT, label="seal-store")
-    if sealed["points"]:
-        add_seconds(summary, {"seal": sealed["seconds"]})
-        summary.warnings.append(
-            f"sealed {sealed['points']} points of the embedded store in {sealed['seconds']:.1f}s "
-            "(a store made before sealed segments, or a run stopped before its seal)")
+    tally.warn(*([missing] if missing else []))
 
 
 def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor):
@@ -150,44 +130,34 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
     The plan also reprocesses documents whose points no longer match their state
     (``kbsync.catalog.checks.check_root``), counted in ``repaired``.
     """
-    summary = _new_summary(request, executor)
+    tally = _new_tally(request, executor)
     ns = request.namespace
-    started = time.perf_counter()
-    planned = executor.submit(steps.plan, CONTEXT, spec, ns, request.mode, request.force,
-                              request.include, request.exclude, request.guard,
-                              label=f"plan {spec.name}")
-    [rp] = executor.gather([planned])
-    add_seconds(summary, {"plan": time.perf_counter() - started})
-    account_plan(summary, rp)
+    with tally.timed("plan"):
+        planned = executor.submit(steps.plan, CONTEXT, spec, ns, request.mode, request.force,
+                                  request.include, request.exclude, request.guard,
+                                  label=f"plan {spec.name}")
+        [rp] = executor.gather([planned])
+    tally.planned(rp)  # in a dry run, all it reports
     log.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
     if request.dry_run:
-        account_dry_run(summary, rp)
-        account_repaired(summary, rp)
-        return summary
+        return tally.summary
     healing = rp.plan.of(PlanAction.HEAL)
-    reported = 0  # batches whose results are in the summary
-    with keep_counts(summary):  # a failure still reports the batches done
-        try:
-            for results in run_batches(spec.name, rp, request, executor, after=[planned]):
-                for result in results:
-                    account_stage(summary, result)
-                reported += 1
-            started = time.perf_counter()
+    # Planned work not yet reported, by batch (the heal last): a failure counts it as failed,
+    # so the counts add up on that exit too, and still reports the batches done.
+    unreported = [*iter_batches(rp.to_process(), executor.config.files_per_batch), healing]
+    with tally.kept(unreported=unreported):
+        for results in run_batches(spec.name, rp, request, executor, after=[planned]):
+            tally.add(*results)
+            unreported.pop(0)
+        with tally.timed("finish"):
             if healing:
-                account_stage(summary, executor.call(steps.heal, CONTEXT, healing, ns,
-                                                     request.run_id, label=f"heal {spec.name}"))
-                healing = []
-        except BaseException as exc:
-            # The counts must add up on this exit too: what never got reported is failed.
-            batches = list(iter_batches(rp.to_process(), executor.config.files_per_batch))
-            left = [item for batch in batches[reported:] for item in batch]
-            account_unfinished(summary, left + healing, exc)
-            raise
-        summary.deleted += executor.call(steps.finish_root, CONTEXT, rp, ns,
-                                         label=f"finish-root {spec.name}")
-        add_seconds(summary, {"finish": time.perf_counter() - started})
-        account_repaired(summary, rp)
-    return summary
+                tally.add(executor.call(steps.heal, CONTEXT, healing, ns, request.run_id,
+                                        label=f"heal {spec.name}"))
+            unreported.pop(0)
+            deleted = executor.call(steps.finish_root, CONTEXT, rp, ns,
+                                    label=f"finish-root {spec.name}")
+        tally.finished(rp, deleted)
+    return tally.summary
 
 
 def run_batches(root: str, rp: RootPlan, request: IngestRequest, executor: Executor, *,

@@ -27,7 +27,7 @@ from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, ErrorCode, 
                            KbsyncError, LockHeld, OrchestratorUnavailable, StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.ingest.context import IngestContext
-from kbsync.ingest.counters import Count
+from kbsync.ingest.summary import Count
 from kbsync.catalog.state import document_fingerprint
 from kbsync.ingest.classify import PlanItem
 from kbsync.catalog.schema import PreparedDoc

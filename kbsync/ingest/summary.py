@@ -1,19 +1,68 @@
-"""The run summary (the JSON contract of ``kbsync ingest --json``) and how each
-step's results are added into it."""
+"""A run's accounting, in one place: the summary (the JSON contract of ``kbsync ingest
+--json``), the counters a stage may add to it, the :class:`Tally` the runner hands each
+step's results to, and the counts a failed run carries on its exception.
+
+Invariants:
+
+- ``added + updated + unchanged + failed == files_seen``, on every exit of a run (a
+  document planned but never reported counts as failed, :func:`account_unfinished`);
+- every :class:`Count` is a numeric field of :class:`IngestSummary`
+  (``tests/ingest/test_counters.py``), and a stage counter that is not one is refused,
+  so no count is dropped without a word;
+- whatever ends a run, the counts it reached ride on the exception (:func:`keep_counts`,
+  :func:`counts_of`).
+"""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from enum import Enum
+from typing import Iterator, Mapping, Protocol, Sequence
 
 from kbsync.convert import ignored_kind
-from kbsync.errors import ErrorCode, KbsyncError
-from kbsync.ingest.counters import Count
+from kbsync.errors import EmbeddingOutage, ErrorCode, KbsyncError
+from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.plan import RootPlan
-from kbsync.ingest.stages import StageResult
 from kbsync.models import Failure
+
+
+class Count(str, Enum):
+    """A counter a stage may add to the summary (``Count.ADDED == "added"``).
+
+    Every member is a numeric field of :class:`IngestSummary`; members are strings, so
+    the JSON and a ``Counter``'s keys read as the plain names.
+    """
+
+    ADDED = "added"
+    UPDATED = "updated"
+    PARTIAL = "partial"
+    CHUNKS_RAW = "chunks_raw"
+    CHUNKS_KEPT = "chunks_kept"
+    EMBEDDINGS_COMPUTED = "embeddings_computed"
+    EMBEDDINGS_CACHED = "embeddings_cached"
+    EMBEDDINGS_FAILED = "embeddings_failed"
+    EMBEDDINGS_TRUNCATED = "embeddings_truncated"
+    EMBEDDING_BISECT_REQUESTS = "embedding_bisect_requests"
+    CONVERTER_WARNINGS = "converter_warnings"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StageCounts(Protocol):
+    """What the summary reads of a stage's result (:class:`kbsync.ingest.stages.StageResult`,
+    which imports :class:`Count` from here)."""
+
+    @property
+    def failures(self) -> Sequence[Failure]: ...
+    @property
+    def counters(self) -> Mapping[Count, int]: ...
+    @property
+    def seconds(self) -> Mapping[str, float]: ...
 
 
 @dataclass
@@ -100,7 +149,7 @@ before sealed segments, or after a run killed before its seal;
 :meth:`kbsync.store.edge.EdgeStore.seal`)."""
 
 
-def add_seconds(summary: IngestSummary, seconds: dict[str, float]) -> None:
+def add_seconds(summary: IngestSummary, seconds: Mapping[str, float]) -> None:
     """Add per-stage wall seconds into ``summary.stage_s``."""
     for stage, value in seconds.items():
         summary.stage_s[stage] = summary.stage_s.get(stage, 0.0) + value
@@ -143,7 +192,7 @@ def account_dry_run(summary: IngestSummary, rp: RootPlan) -> None:
     summary.deleted += len(rp.to_delete)
 
 
-def account_stage(summary: IngestSummary, result: StageResult) -> None:
+def account_stage(summary: IngestSummary, result: StageCounts) -> None:
     """Add a stage's counters and failures to the summary.
 
     Raises:
@@ -186,3 +235,149 @@ def account_repaired(summary: IngestSummary, rp: RootPlan) -> None:
         summary.dry_run or i.doc_id not in failed))
 
 
+
+
+class Tally:
+    """One run's (or one root's) accounting: the runner hands it what each step returned.
+
+    The runner decides what runs; the tally alone writes the summary. Its invariant is the
+    summary's: the counts add up on every exit, an exception included (:meth:`kept`).
+    """
+
+    def __init__(self, summary: IngestSummary) -> None:
+        self.summary = summary
+
+    @contextmanager
+    def kept(self, *, started: float | None = None,
+             unreported: list[list[PlanItem]] | None = None) -> Iterator[None]:
+        """Any exception leaving the block carries the counts reached (:func:`attach`).
+
+        Args:
+            started: ``time.perf_counter()`` at the run's start, to fill ``duration_s``.
+            unreported: the items planned for processing, by batch, whose results were not
+                handed over yet (the caller drops a batch once it is): on an exception
+                they count as failed first (:func:`account_unfinished`).
+        """
+        with keep_counts(self.summary, started=started):
+            try:
+                yield
+            except BaseException as exc:
+                if unreported is not None:
+                    account_unfinished(self.summary, [i for b in unreported for i in b], exc)
+                raise
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add the block's wall seconds to ``stage_s[stage]`` (only when it ends normally)."""
+        began = time.perf_counter()
+        yield
+        add_seconds(self.summary, {stage: time.perf_counter() - began})
+
+    def warn(self, *warnings: str) -> None:
+        """Add run warnings (checks' findings), in order."""
+        self.summary.warnings.extend(warnings)
+
+    def sealed(self, points: int, seconds: float) -> None:
+        """A seal of the embedded store before the plan: ``stage_s["seal"]`` and a warning,
+        when it sealed anything."""
+        if points:
+            add_seconds(self.summary, {"seal": seconds})
+            self.warn(f"sealed {points} points of the embedded store in {seconds:.1f}s "
+                      "(a store made before sealed segments, or a run stopped before its seal)")
+
+    def planned(self, rp: RootPlan) -> None:
+        """A root's plan (:func:`account_plan`); in a dry run, also all it reports
+        (:func:`account_dry_run`, :func:`account_repaired`)."""
+        account_plan(self.summary, rp)
+        if self.summary.dry_run:
+            account_dry_run(self.summary, rp)
+            account_repaired(self.summary, rp)
+
+    def add(self, *results: StageCounts) -> None:
+        """Stage results (:func:`account_stage`), in order."""
+        for result in results:
+            account_stage(self.summary, result)
+
+    def finished(self, rp: RootPlan, deleted: int) -> None:
+        """A root's end: the documents its deletions removed, its repaired count."""
+        self.summary.deleted += deleted
+        account_repaired(self.summary, rp)
+
+    def merge(self, part: dict) -> None:
+        """A root's summary (its dict form, :meth:`IngestSummary.merge`)."""
+        self.summary.merge(part)
+
+    def close(self, started: float) -> IngestSummary:
+        """The run's summary, its ``duration_s`` filled.
+
+        Raises:
+            EmbeddingOutage: documents needed embedding and every one failed to embed
+                (the endpoint looks down), with the counts attached.
+        """
+        summary = self.summary
+        summary.duration_s = round(time.perf_counter() - started, 3)
+        if summary.embedding_outage():
+            outage = EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
+                                     "the embedding endpoint looks down; nothing new was stored")
+            attach(outage, summary)
+            raise outage
+        return summary
+
+
+# The counts a failed run reached, carried by its exception to whoever reports it.
+#
+# A run that fails (store unavailable, total embedding outage, lock held, ...) still owes its
+# caller the counts it reached: ``kbsync ingest --json`` prints them beside ``error``. The run
+# and its per-root subflows attach the summary reached so far to the exception as it passes;
+# an enclosing run merges a nested run's counts into its own. The exception object travels
+# unchanged through Prefect's in-process flow calls (and pickles with its attributes), and a
+# caller that finds nothing attached reports zeros, so this is a best effort that never hides
+# the error.
+
+_ATTR = "kbsync_counts"
+
+
+@contextmanager
+def keep_counts(summary, *, started: float | None = None) -> Iterator[None]:
+    """Attach ``summary.to_dict()`` to any exception leaving the block, then re-raise it.
+
+    Args:
+        summary: an :class:`IngestSummary` (anything with ``to_dict()`` and ``merge(dict)``).
+        started: ``time.perf_counter()`` at the run's start, to fill ``duration_s``.
+
+    Counts a nested run attached to the same exception are merged into
+    ``summary`` first, so each level adds its own work exactly once.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        attach(exc, summary, started=started)
+        raise
+
+
+def attach(exc: BaseException, summary, *, started: float | None = None) -> None:
+    """Attach the counts of ``summary`` (plus any nested run's already on ``exc``) to ``exc``."""
+    inner = counts_of(exc)
+    if inner is not None:
+        summary.merge(inner)
+    if started is not None:
+        summary.duration_s = round(time.perf_counter() - started, 3)
+    try:
+        setattr(exc, _ATTR, summary.to_dict())
+    except AttributeError:  # an exception type with __slots__: the caller reports zeros
+        pass
+
+
+def counts_of(exc: BaseException | None) -> dict | None:
+    """The counts attached by :func:`keep_counts`, or ``None``.
+
+    An exception raised while another one carrying counts was handled (SIGTERM's, raised
+    again after Prefect's own ``TerminationSignal`` unwound the run) reports those.
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        counts = getattr(exc, _ATTR, None)
+        if isinstance(counts, dict):
+            return counts
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None

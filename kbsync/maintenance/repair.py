@@ -39,9 +39,8 @@ from kbsync.ingest import identity
 from kbsync.ingest.context import RunContext
 from kbsync.ingest.discover import discover, iter_batches
 from kbsync.errors import StoreDrift
-from kbsync.ingest.summary import new_run_id
 from kbsync.ingest.runner import process_batch
-from kbsync.ingest.counters import Count
+from kbsync.ingest.summary import Count, new_run_id
 from kbsync.catalog.lock import ingest_lock
 from kbsync.models import DocState, RootSpec
 from kbsync.catalog.state import REPAIR_FINGERPRINT

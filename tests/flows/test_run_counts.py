@@ -1,4 +1,4 @@
-"""A failed run's counts travel with its exception (kbsync.ingest.run_counts, issue 11.3)."""
+"""A failed run's counts travel with its exception (kbsync.ingest.summary, issue 11.3)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from prefect import flow
 
 from kbsync.errors import StoreUnavailable
-from kbsync.ingest.summary import IngestSummary
-from kbsync.ingest.run_counts import attach, counts_of, keep_counts
+from kbsync.ingest.summary import IngestSummary, attach, counts_of, keep_counts
 
 
 def _summary(**counts) -> IngestSummary:

@@ -7,9 +7,8 @@ from collections import Counter
 
 import pytest
 
-from kbsync.ingest.counters import Count
 from kbsync.ingest.stages import StageResult
-from kbsync.ingest.summary import IngestSummary, account_stage
+from kbsync.ingest.summary import Count, IngestSummary, account_stage
 
 
 def _summary() -> IngestSummary:

@@ -16,7 +16,7 @@ from kbsync.embed.base import TextKind
 from kbsync.embed.hash import HashEmbedder
 from kbsync.embed.service import EmbeddingService
 from kbsync.errors import EmbeddingOutage, EmbeddingTransientError
-from kbsync.ingest.run_counts import counts_of
+from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import run_plain
 from kbsync.query.search import search
 from kbsync.store.base import Filter

@@ -18,7 +18,7 @@ from kbsync.ingest import steps
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.executor import CONTEXT, InProcess, bind
 from kbsync.catalog.lock import ingest_lock
-from kbsync.ingest.run_counts import counts_of
+from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest, run_plain
 from kbsync.models import SyncMode
 

@@ -19,7 +19,7 @@ from kbsync.runtime import Runtime
 from kbsync.embed import clear_service_cache
 from kbsync.errors import EmbeddingPermanentError
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.run_counts import counts_of
+from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import run_plain
 from kbsync.settings import Settings
 from tests.fake_openai import Fault, FakeOpenAIServer
