@@ -144,7 +144,7 @@ def _main(argv: list[str]) -> int:
         cli_support.setup_logging(args.verbose)
         from kbsync.settings import load_settings
 
-        settings = load_settings()
+        configured = settings = load_settings()
         # rebuild reads the environment as written: it holds the new settings. The others
         # follow the active collection; resolving it may reach the store, so it comes after
         # the settings are known (a failure then names KBSYNC_QDRANT_URL).
@@ -155,7 +155,12 @@ def _main(argv: list[str]) -> int:
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
                    **cli_verify.COMMANDS, **cli_rebuild.COMMANDS}[args.command]
-        return command(args, settings)
+        if args.command == "rebuild":
+            return command(args, settings)
+        from kbsync.catalog.active import resolved
+
+        with resolved(configured, settings):  # the flow run in process takes this answer
+            return command(args, settings)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, one object
         return _failed(exc, argv, args, settings)
 

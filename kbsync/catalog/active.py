@@ -18,12 +18,19 @@ generations ``<name>__r<N>`` exist beside it is refused (:func:`refuse_if_orphan
 it would otherwise answer "nothing is indexed yet" and the next ingest would build a
 new collection from scratch. ``kbsync rebuild --restore NAME`` points it back.
 :func:`resolve` is idempotent.
+
+Resolved once per command: the CLI resolves, then runs the flow in process inside
+:func:`resolved`, so the flow's own :func:`resolve` takes that answer instead of reading the
+pointer again. A writer still asks again under its write lock (:func:`check_still_active`):
+a rebuild that swapped meanwhile is refused, never written into.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 from kbsync.errors import StoreError, StoreUnavailable
 from kbsync.catalog.state import StateStore, utc_now
@@ -36,6 +43,9 @@ BUILD = "build"  # meta record kind: the settings a collection was built with
 BUILD_FIELDS = ("embed_provider", "embed_model", "embed_dimensions", "chunk_tokens",
                 "chunk_overlap", "chunk_fit", "contextual_text")
 _warned: set[tuple] = set()
+# (configured, resolved): the answer this command already has (:func:`resolved`)
+_answer: ContextVar[tuple[Settings, Settings] | None] = ContextVar("kbsync_resolved",
+                                                                   default=None)
 
 
 def build_of(settings: Settings) -> dict[str, Any]:
@@ -108,17 +118,41 @@ def resolve(settings: Settings, store=None, *, warn: bool = True) -> Settings:
     """
     if settings.active_of is not None:
         return settings  # resolved already
+    answer = _answer.get()
+    if answer is not None and answer[0] == settings:
+        return answer[1]  # this command resolved these settings already (resolved())
     record = read_record(settings, store)
     if record is None:
         refuse_if_orphaned(settings, store)
         from kbsync.catalog.model_keep import keep_recorded_model
 
         return keep_recorded_model(settings, store)  # an upgrade's new default strands nothing
-    resolved = apply_build(settings.model_copy(update={
-        "collection": record.active, "active_of": record.logical}), record.build)
+    result = aimed_at(settings, record)
     if warn:
-        _warn_overrides(settings, resolved, record)
-    return resolved
+        _warn_overrides(settings, result, record)
+    return result
+
+
+def aimed_at(settings: Settings, record: pointer.ActiveRecord) -> Settings:
+    """``settings`` aimed at ``record``'s active collection, with its build settings."""
+    return apply_build(settings.model_copy(update={
+        "collection": record.active, "active_of": record.logical}), record.build)
+
+
+@contextmanager
+def resolved(configured: Settings, active: Settings) -> Iterator[None]:
+    """Within the block (this thread's context), :func:`resolve` of settings equal to
+    ``configured`` answers ``active`` without reading the pointer again.
+
+    The CLI resolves once and runs the flow in process inside this block. The answer
+    can only be as old as the command: a writer checks it again under its write lock
+    (:func:`check_still_active`).
+    """
+    token = _answer.set((configured, active))
+    try:
+        yield
+    finally:
+        _answer.reset(token)
 
 
 def _warn_overrides(configured: Settings, resolved: Settings,

@@ -44,7 +44,7 @@ from typing import Sequence
 from kbsync.convert import SUPPORTED_EXTENSIONS, convert
 from kbsync.convert.isolate import IsolatedConverter
 from kbsync.errors import KbsyncError
-from kbsync.catalog.active import build_of, resolve
+from kbsync.catalog.active import aimed_at, build_of
 from kbsync.models import RootSpec
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
@@ -87,10 +87,10 @@ def choose_model(settings: Settings, roots: Sequence[RootSpec], *,
                 settings.collection, describe(sample), MULTILINGUAL_MODEL)
     if dry_run:
         return chosen
-    pointer.write_pointer(settings.home, pointer.ActiveRecord(
-        logical=settings.logical_collection, active=settings.collection,
-        build=build_of(chosen)))
-    return resolve(settings, warn=False)
+    record = pointer.ActiveRecord(logical=settings.logical_collection,
+                                  active=settings.collection, build=build_of(chosen))
+    pointer.write_pointer(settings.home, record)
+    return aimed_at(settings, record)  # what resolve() would read back, under the write lock
 
 
 def rebuild_model(target: Settings, record: pointer.ActiveRecord | None,
