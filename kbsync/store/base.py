@@ -13,9 +13,9 @@ Invariants every adapter keeps (checked by ``tests/store/test_conformance.py``):
 - a collection made with ``sparse=True`` also holds an optional named sparse vector
   ``SPARSE`` with Qdrant's IDF modifier (BM25 when the values are BM25 term
   weights, see ``kbsync/text/sparse.py``); ``sparse_search`` scores are
-  ``sum(idf(term) * weight)``, ``hybrid_search`` fuses a dense and a sparse
-  candidate list with reciprocal rank fusion (score ``sum(1 / (RRF_K + rank))``,
-  rank counted from 0), checked by ``tests/store/test_sparse_conformance.py``.
+  ``sum(idf(term) * weight)``, checked by ``tests/store/test_sparse_conformance.py``.
+  The store fuses nothing: hybrid search is one dense and one sparse query, fused by
+  :mod:`kbsync.query.fusion` above the store, so every adapter fuses alike.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ DENSE = "dense"
 
 SPARSE = "sparse"
 """Name of the sparse (BM25, IDF modifier) vector in collections made with ``sparse=True``."""
-
-RRF_K = 2
-"""Reciprocal rank fusion constant: Qdrant's default, so every engine fuses alike."""
 
 Scalar = str | int | bool
 
@@ -178,19 +175,6 @@ class VectorStore(Protocol):
         self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
     ) -> list[ScoredPoint]:
         """Points sharing terms with ``sparse``, by ``sum(idf * weight)``, best first.
-
-        Raises:
-            StoreError: the collection has no ``SPARSE`` vector.
-        """
-
-    def hybrid_search(
-        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
-        flt: Filter | None = None, candidate_limit: int | None = None,
-    ) -> list[ScoredPoint]:
-        """Dense and sparse candidates (``candidate_limit`` each, default ``limit``)
-        fused by reciprocal rank fusion in the engine (Query API: prefetch + RRF).
-
-        ``flt`` applies to both candidate lists. Scores are RRF scores, not cosines.
 
         Raises:
             StoreError: the collection has no ``SPARSE`` vector.

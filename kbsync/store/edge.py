@@ -293,28 +293,6 @@ class EdgeStore(EdgeExtras):
         with handle.lock, _errors("sparse search", name):
             return eq.to_scored(handle.shard.query(request))
 
-    def hybrid_search(
-        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
-        flt: Filter | None = None, candidate_limit: int | None = None,
-    ) -> list[ScoredPoint]:
-        """Dense and sparse candidates fused by RRF in the engine ([] when missing).
-
-        Raises:
-            StoreError: the collection has no sparse vector.
-            DimensionMismatch, InvalidVector: a bad dense or sparse query.
-        """
-        cv.check_limit(limit, "limit")
-        candidates = cv.check_limit(candidate_limit or limit, "candidate_limit")
-        query = eq.check_sparse_query(sparse)
-        handle = self._sparse_handle(name)
-        if handle is None:
-            return []
-        request = eq.hybrid_request(cv.check_query(dense, handle.dimension), query, limit=limit,
-                                    candidate_limit=candidates, edge_filter=to_edge_filter(flt),
-                                    params=es.search_params())
-        with handle.lock, _errors("hybrid search", name):
-            return eq.to_scored(handle.shard.query(request))
-
     def payloads(self, name: str, ids: Sequence[str]) -> dict[str, dict]:
         """The payloads of the points ``ids`` that exist, by id (``{}`` when missing)."""
         checked = cv.check_ids(ids)

@@ -29,7 +29,7 @@ import qdrant_edge as qe
 
 from kbsync.errors import DimensionMismatch, DiskFull, KbsyncError, StoreError, StoreUnavailable
 from kbsync.store import validate as cv
-from kbsync.store.base import (DENSE, RRF_K, SPARSE, Condition, Filter, Range, Scalar,
+from kbsync.store.base import (DENSE, SPARSE, Condition, Filter, Range, Scalar,
                                ScoredPoint, SparseVec)
 
 CONFIG_FILE = "edge_config.json"
@@ -187,26 +187,6 @@ def dense_request(dense: Sequence[float], *, limit: int, edge_filter: Any,
     return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE),
                            filter=edge_filter, score_threshold=score_threshold, params=params,
                            with_payload=with_payload, with_vector=False)
-
-
-def hybrid_request(dense: Sequence[float], sparse: SparseVec, *, limit: int,
-                   candidate_limit: int, edge_filter: Any, params: Any = None) -> Any:
-    """Prefetch dense and sparse candidates, fuse them with RRF (``RRF_K``).
-
-    An empty sparse query matches nothing, so its prefetch is left out.
-    """
-    prefetches = [qe.Prefetch(limit=candidate_limit, query=qe.Query.Nearest(list(dense),
-                                                                           using=DENSE),
-                              filter=edge_filter, params=params)]
-    if sparse.indices:
-        prefetches.append(qe.Prefetch(
-            limit=candidate_limit, filter=edge_filter,
-            query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values),
-                                   using=SPARSE)))
-    # qdrant-edge 0.9's stub does not list Fusion.Rrf among the query types the engine takes.
-    return qe.QueryRequest(limit=limit, prefetches=prefetches,
-                           query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]
-                           filter=edge_filter, with_payload=True, with_vector=False)
 
 
 def to_scored(hits: Sequence[Any]) -> list[ScoredPoint]:

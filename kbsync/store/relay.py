@@ -180,12 +180,6 @@ def _sparse_search(store: Any, a: dict) -> Any:
                                        flt=decode_filter(a["filter"])))
 
 
-def _hybrid_search(store: Any, a: dict) -> Any:
-    return _scored(store.hybrid_search(a["name"], a["dense"], decode_sparse(a["sparse"]),
-                                       limit=a["limit"], flt=decode_filter(a["filter"]),
-                                       candidate_limit=a["candidate_limit"]))
-
-
 def _scroll_page(store: Any, a: dict) -> Any:
     points, following = store.scroll_page(
         a["name"], decode_filter(a["filter"]), offset=a["offset"], limit=a["limit"],
@@ -198,7 +192,6 @@ OPS: dict[str, Callable[[Any, dict], Any]] = {
     "count": lambda store, a: store.count(a["name"], decode_filter(a["filter"])),
     "search": _search,
     "sparse_search": _sparse_search,
-    "hybrid_search": _hybrid_search,
     "scroll_page": _scroll_page,
 }
 """The read operations served: ``OPS[op](edge_store, args)`` returns the JSON result."""

@@ -286,16 +286,6 @@ class RelayStore:
             "name": name, "sparse": relay.encode_sparse(sparse), "limit": limit,
             "filter": relay.encode_filter(cv.check_filter(flt))}))
 
-    def hybrid_search(
-        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
-        flt: Filter | None = None, candidate_limit: int | None = None,
-    ) -> list[ScoredPoint]:
-        """Dense and sparse candidates fused by RRF in the engine."""
-        return relay.decode_scored(self._call("hybrid_search", {
-            "name": name, "dense": dense, "sparse": relay.encode_sparse(sparse),
-            "limit": limit, "filter": relay.encode_filter(cv.check_filter(flt)),
-            "candidate_limit": candidate_limit}))
-
     # --- writes: refused ----------------------------------------------------------------------
     def _read_only(self) -> StoreUnavailable:
         return StoreUnavailable(

@@ -14,9 +14,9 @@ also holds the filter and point translation): connection failures, timeouts,
 Hybrid search: ``sparse=True`` collections carry ``SPARSE``
 (``SparseVectorParams(modifier=IDF)``) next to ``DENSE``; an existing collection
 gets it through ``create_vector_name`` (servers that lack that endpoint are
-told to re-create the collection). Queries use the Query API: prefetch dense
-and sparse candidates with the filter on each, fuse with RRF (``RRF_K``, the
-server's default, so plain ``Fusion.RRF`` works on every server version).
+told to re-create the collection). Dense and sparse queries run apart; hybrid
+search fuses them above the store (:mod:`kbsync.query.fusion`), as for the
+embedded engine.
 
 Against a cluster, :class:`~kbsync.store.cluster.ClusterConfig` gives new
 collections their shards, replication and on-disk layout, and every upsert and
@@ -39,7 +39,7 @@ from qdrant_client import QdrantClient, models
 from kbsync.errors import DimensionMismatch, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
 from kbsync.store import server_query as sq
-from kbsync.store.base import DENSE, RRF_K, SPARSE, Filter, Point, ScoredPoint, SparseVec
+from kbsync.store.base import DENSE, SPARSE, Filter, Point, ScoredPoint, SparseVec
 from kbsync.store.cluster import ClusterConfig
 from kbsync.store.server_query import to_client_filter
 
@@ -342,39 +342,6 @@ class ServerStore:
             "sparse search", name, self._client.query_points, name,
             query=models.SparseVector(indices=query.indices, values=query.values),
             using=SPARSE, query_filter=client_filter, limit=limit, with_payload=True,
-            with_vectors=False,
-        )
-        return sq.scored(result)
-
-    def hybrid_search(
-        self, name: str, dense: Sequence[float], sparse: SparseVec, *, limit: int,
-        flt: Filter | None = None, candidate_limit: int | None = None,
-    ) -> list[ScoredPoint]:
-        """Dense and sparse candidates fused by RRF on the server ([] when missing).
-
-        Raises:
-            StoreError: the collection has no sparse vector.
-            DimensionMismatch, InvalidVector: a bad dense or sparse query.
-        """
-        cv.check_limit(limit, "limit")
-        candidates = cv.check_limit(candidate_limit or limit, "candidate_limit")
-        query = cv.check_sparse(sparse, what="sparse query")
-        client_filter = to_client_filter(flt)
-        dim = self._sparse_dim(name)
-        if dim is None:
-            return []
-        prefetch = [models.Prefetch(query=cv.check_query(dense, dim), using=DENSE,
-                                    filter=client_filter, limit=candidates,
-                                    params=sq.search_params())]
-        if query.indices:  # an empty sparse query matches nothing
-            prefetch.append(models.Prefetch(
-                query=models.SparseVector(indices=query.indices, values=query.values),
-                using=SPARSE, filter=client_filter, limit=candidates))
-        fusion = (models.FusionQuery(fusion=models.Fusion.RRF) if RRF_K == 2
-                  else models.RrfQuery(rrf=models.Rrf(k=RRF_K)))
-        result = self._read(
-            "hybrid search", name, self._client.query_points, name, prefetch=prefetch,
-            query=fusion, query_filter=client_filter, limit=limit, with_payload=True,
             with_vectors=False,
         )
         return sq.scored(result)

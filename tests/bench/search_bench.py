@@ -9,7 +9,8 @@ rare error codes), written through ``EdgeStore.upsert`` in batches of 256.
 Then, with the namespace filter of :func:`kbsync.query.search.namespace_filter`
 (namespace + not ``embedding_failed``) and ``k * 4`` candidates:
 
-- ``engine``: the store call alone (``search`` / ``hybrid_search``);
+- ``engine``: the store calls alone (``search``, or ``hybrid.fused_search``: dense and
+  sparse queries fused as ``search()`` fuses them);
 - ``search()``: :func:`kbsync.query.search.search` end to end (query embedding with
   the hash embedder, sparse encoding, merge, de-duplication, hits);
 - ``old-chunk check (count)``: the exact count behind search's note about chunks
@@ -42,6 +43,8 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from hybrid import fused_search  # tests/bench is on sys.path when run as a script
 
 import numpy as np
 
@@ -169,9 +172,8 @@ def measure(store, service, queries: list[str], k: int) -> dict[str, tuple[float
                 if mode == "dense":
                     hits = store.search(COLLECTION, vector, limit=k * CANDIDATE_FACTOR, flt=flt)
                 else:
-                    hits = store.hybrid_search(COLLECTION, vector, sparse,
-                                               limit=k * CANDIDATE_FACTOR, flt=flt,
-                                               candidate_limit=k * CANDIDATE_FACTOR)
+                    hits = fused_search(store, COLLECTION, vector, sparse,
+                                        limit=k * CANDIDATE_FACTOR, flt=flt)
                 t1 = time.perf_counter()
                 result = search(query, store=store, service=service, collection=COLLECTION,
                                 namespace=namespace, k=k, mode=mode, **options)

@@ -38,10 +38,6 @@ class RecordingEdgeStore(EdgeStore):
         self.calls.append("dense")
         return super().search(*args, **kwargs)
 
-    def hybrid_search(self, *args, **kwargs):
-        self.calls.append("hybrid")
-        return super().hybrid_search(*args, **kwargs)
-
     def sparse_search(self, *args, **kwargs):
         self.calls.append("sparse")
         return super().sparse_search(*args, **kwargs)

@@ -24,7 +24,6 @@ RESULTS = {
     "count": 999,
     "search": [["00000000-0000-0000-0000-00000000e411", 0.99, POISON]],
     "sparse_search": [["00000000-0000-0000-0000-00000000e411", 0.99, POISON]],
-    "hybrid_search": [["00000000-0000-0000-0000-00000000e411", 0.99, POISON]],
     "scroll_page": {"points": [], "next": None},
 }
 

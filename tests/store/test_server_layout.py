@@ -58,14 +58,13 @@ def test_a_new_collection_gets_the_layout_and_searches_rescore(tmp_path, monkeyp
         store.ensure_collection("kb", dimension=DIM, sparse=True)
         store.upsert("kb", _points(20))
         assert len(store.search("kb", _points(1)[0].vector, limit=3)) == 3
-        assert store.hybrid_search("kb", _points(1)[0].vector, SparseVec([1], [1.0]), limit=3)
+        assert store.sparse_search("kb", SparseVec([1], [1.0]), limit=3)
     (_, create), = [c for c in calls if c[0] == "create_collection"]
     assert create["optimizers_config"] == sq.optimizers_config(DIM)
     assert create["quantization_config"] == sq.quantization_config()
-    dense, hybrid = [kw for name, kw in calls if name == "query_points"]
+    dense, sparse = [kw for name, kw in calls if name == "query_points"]
     assert dense["search_params"] == sq.search_params()
-    assert hybrid["prefetch"][0].params == sq.search_params()  # the dense prefetch
-    assert hybrid["prefetch"][1].params is None  # sparse: exact, nothing to rescore
+    assert sparse.get("search_params") is None  # sparse: exact, nothing to rescore
 
 
 def test_a_real_server_creates_the_sealed_quantized_layout():

@@ -1,10 +1,10 @@
-"""Sparse vectors and hybrid search, once per VectorStore adapter (see ``conftest.BACKENDS``).
+"""Sparse vectors, once per VectorStore adapter (see ``conftest.BACKENDS``).
 
 Invariants of ``kbsync/store/base.py`` under test: ``sparse=True`` collections
 carry an IDF sparse vector (added to older collections on ensure); sparse
-scores are ``sum(idf * weight)`` with Qdrant's IDF; hybrid scores are the RRF
-fusion (``sum 1 / (RRF_K + rank)``) of the dense and sparse candidate lists,
-each filtered; malformed sparse vectors are refused before any write.
+scores are ``sum(idf * weight)`` with Qdrant's IDF, filtered like dense ones;
+malformed sparse vectors are refused before any write. Hybrid search fuses a
+dense and a sparse query above the store (``tests/query/test_fusion.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import pytest
 
 from kbsync.errors import DimensionMismatch, InvalidVector, StoreError, StoreUnavailable
 from kbsync.store import Filter, Point, SparseVec
-from kbsync.store.base import RRF_K
 from kbsync.store.server import ServerStore
 from test_conformance import DIM, INDEXES, fake_qdrant, pid, unit  # noqa: F401 - a fixture
 
@@ -54,54 +53,19 @@ def test_sparse_search_scores_are_idf_times_weight(store, scoll) -> None:
     assert hits[0].payload["n"] == 0
 
 
-def test_hybrid_is_rrf_of_the_filtered_dense_and_sparse_lists(store, scoll) -> None:
-    points = [spoint(n, sv((n % 5, 1.0 + n % 3), (7, 0.5)), f"ns-{n % 2}") for n in range(30)]
-    store.upsert(scoll, points)
-    flt, cand = Filter.where(namespace="ns-0"), 6
-    query_dense, query_sparse = unit(4), sv((4, 1.0), (2, 1.0))
-    dense = store.search(scoll, query_dense, limit=cand, flt=flt)
-    sparse = store.sparse_search(scoll, query_sparse, limit=cand, flt=flt)
-    expected: dict[str, float] = {}
-    for ranking in (dense, sparse):
-        for rank, hit in enumerate(ranking):
-            expected[hit.id] = expected.get(hit.id, 0.0) + 1.0 / (RRF_K + rank)
-    fused = store.hybrid_search(scoll, query_dense, query_sparse, limit=30, flt=flt,
-                                candidate_limit=cand)
-    # The filter reached both prefetches: every candidate is ns-0, and there are
-    # as many as the two filtered lists hold together.
-    assert {h.id: h.score for h in fused} == pytest.approx(expected, rel=1e-5)
-    assert all(h.payload["namespace"] == "ns-0" for h in fused)
-    assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
-    top = store.hybrid_search(scoll, query_dense, query_sparse, limit=3, flt=flt,
-                              candidate_limit=cand)
-    assert [h.score for h in top] == pytest.approx([h.score for h in fused[:3]])  # ties
-
-
-def test_hybrid_first_in_both_lists_scores_two_over_k(store, scoll) -> None:
-    store.upsert(scoll, [spoint(1, sv((5, 2.0))), spoint(2, sv((5, 1.0))), spoint(3, None)])
-    fused = store.hybrid_search(scoll, unit(1), sv((5, 1.0)), limit=3)
-    assert fused[0].id == pid(1)
-    assert fused[0].score == pytest.approx(2.0 / RRF_K)
-    assert len(fused) == 3
-
-
 def test_flagged_points_are_excluded_in_every_query(store, scoll) -> None:
     flagged = Point(pid(1), {"namespace": "ns-a", "embedding_failed": True}, [0.0] * DIM,
                     sv((9, 5.0)))
     store.upsert(scoll, [flagged, spoint(2, sv((9, 1.0)), embedding_failed=False)])
     flt = Filter.where(namespace="ns-a").and_not("embedding_failed", True)
     assert [h.id for h in store.sparse_search(scoll, sv((9, 1.0)), limit=5, flt=flt)] == [pid(2)]
-    hybrid = store.hybrid_search(scoll, unit(1), sv((9, 1.0)), limit=5, flt=flt)
-    assert [h.id for h in hybrid] == [pid(2)]
+    assert [h.id for h in store.search(scoll, unit(1), limit=5, flt=flt)] == [pid(2)]
 
 
 def test_empty_sparse_vectors(store, scoll) -> None:
     store.upsert(scoll, [spoint(1, SparseVec([], [])), spoint(2, sv((3, 1.0))), spoint(3, None)])
     assert store.count(scoll) == 3
     assert store.sparse_search(scoll, SparseVec([], []), limit=5) == []
-    # An empty sparse query leaves the dense list alone in the fusion.
-    hybrid = store.hybrid_search(scoll, unit(1), SparseVec([], []), limit=3)
-    assert [h.id for h in hybrid] == [h.id for h in store.search(scoll, unit(1), limit=3)]
     assert [h.id for h in store.sparse_search(scoll, sv((3, 1.0)), limit=5)] == [pid(2)]
 
 
@@ -128,14 +92,12 @@ def test_malformed_sparse_refused_before_any_write(store, scoll, bad) -> None:
     assert store.count(scoll) == 0
     with pytest.raises(InvalidVector):
         store.sparse_search(scoll, bad, limit=3)
-    with pytest.raises(InvalidVector):
-        store.hybrid_search(scoll, unit(1), bad, limit=3)
 
 
-def test_hybrid_validates_the_dense_query(store, scoll) -> None:
+def test_a_sparse_collection_validates_the_dense_query(store, scoll) -> None:
     store.upsert(scoll, [spoint(1, sv((1, 1.0)))])
     with pytest.raises(DimensionMismatch):
-        store.hybrid_search(scoll, [1.0] * (DIM + 1), sv((1, 1.0)), limit=3)
+        store.search(scoll, [1.0] * (DIM + 1), limit=3)
 
 
 def test_collection_without_sparse_vector(store, backend, reopen) -> None:
@@ -146,8 +108,6 @@ def test_collection_without_sparse_vector(store, backend, reopen) -> None:
         store.upsert(name, [spoint(2, sv((1, 1.0)))])
     with pytest.raises(StoreError, match="no sparse vector"):
         store.sparse_search(name, sv((1, 1.0)), limit=3)
-    with pytest.raises(StoreError, match="no sparse vector"):
-        store.hybrid_search(name, unit(1), sv((1, 1.0)), limit=3)
     assert store.count(name) == 1
     # ensure with sparse=True adds it; old points stay (without a sparse vector).
     store.ensure_collection(name, dimension=DIM, keyword_indexes=INDEXES, sparse=True)
@@ -156,8 +116,7 @@ def test_collection_without_sparse_vector(store, backend, reopen) -> None:
     store.ensure_collection(name, dimension=DIM, keyword_indexes=INDEXES, sparse=True)
     assert store.count(name) == 2
     assert [h.id for h in store.sparse_search(name, sv((1, 1.0)), limit=3)] == [pid(2)]
-    assert {h.id for h in store.hybrid_search(name, unit(1), sv((1, 1.0)), limit=3)} == {
-        pid(1), pid(2)}
+    assert {h.id for h in store.search(name, unit(1), limit=3)} == {pid(1), pid(2)}
 
 
 def test_sparse_collection_survives_reopen(store, scoll, reopen) -> None:
@@ -167,13 +126,13 @@ def test_sparse_collection_survives_reopen(store, scoll, reopen) -> None:
     store.ensure_collection(scoll, dimension=DIM, keyword_indexes=INDEXES, sparse=True,
                             bool_indexes=("embedding_failed",))  # idempotent
     assert [h.id for h in store.sparse_search(scoll, sv((3, 1.0)), limit=3)] == [pid(3)]
-    assert store.hybrid_search(scoll, unit(3), sv((3, 1.0)), limit=1)[0].id == pid(3)
+    assert store.search(scoll, unit(3), limit=1)[0].id == pid(3)
 
 
 def test_missing_collection_reads_empty(store, backend) -> None:
     name = backend.name("absent")
     assert store.sparse_search(name, sv((1, 1.0)), limit=3) == []
-    assert store.hybrid_search(name, unit(1), sv((1, 1.0)), limit=3) == []
+    assert store.search(name, unit(1), limit=3) == []
 
 
 # --- server adapter against canned HTTP answers (no Qdrant server needed) -----------
@@ -202,7 +161,7 @@ def test_server_that_cannot_add_the_sparse_vector_says_what_to_do(fake_qdrant) -
             store.ensure_collection("kb", dimension=DIM, sparse=True)
         assert not isinstance(info.value, StoreUnavailable)
         with pytest.raises(StoreError, match="no sparse vector"):
-            store.hybrid_search("kb", unit(1), sv((1, 1.0)), limit=3)
+            store.sparse_search("kb", sv((1, 1.0)), limit=3)
     routes["/collections/kb/vectors/sparse"] = (503, {}, b'{"status":{"error":"busy"}}')
     with ServerStore.from_url(url) as store, pytest.raises(StoreUnavailable):
         store.ensure_collection("kb", dimension=DIM, sparse=True)
