@@ -72,9 +72,18 @@ def _runtime(which: str, live: Settings, shadow: Settings) -> Runtime:
 def evaluate_collection(queries: list[ev.EvalQuery], specs: list[ev.ModeSpec], which: str,
                         live: Settings, shadow: Settings, *, namespace: str, k: int) -> dict:
     """Evaluate one collection (``which``: live or shadow) on the queries, with the
-    evaluate flow's metrics (:mod:`kbsync.eval.run`)."""
+    evaluate flow's metrics (:mod:`kbsync.eval.run`).
+
+    The evaluate sequence's steps (:mod:`kbsync.eval.sequence`), not its
+    :func:`~kbsync.eval.sequence.run_evaluation`, on purpose: the flow loads the queries
+    and parses the modes once for both collections; no chat model is handed (an expanding
+    mode is refused by ``run_mode``); the runtimes stay open until the flow releases them;
+    and there is no report or regression gate: the rebuild's decision compares live with
+    shadow (:func:`kbsync.maintenance.rebuild.decide`) instead of a collection with its
+    history.
+    """
     runtime = _runtime(which, live, shadow)
-    warnings = ev.check_labels(queries, set(runtime.states.load(namespace)), namespace)
+    warnings = ev.labels_in(queries, runtime, namespace)
     outcomes = []
     for spec in specs:  # one after the other: latencies measured without competition
         outcomes += ev.run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k)
