@@ -48,6 +48,22 @@ class Plan:
         return {a.value: len(self.of(a)) for a in PlanAction}
 
 
+def classify(previous: DocState | None, content_hash: str | None, *,
+             same_settings: bool) -> PlanAction:
+    """The plan rule, for a file and for a text given through the API alike.
+
+    No record: ``new``. The same settings and the same content hash: ``unchanged``, or
+    ``heal`` when the record is ``partial`` (only its flagged chunks are embedded again).
+    Anything else: ``changed``. ``same_settings`` is the caller's: a file's compares the
+    fingerprint its record expects (OCR included) and is false when forced or repaired.
+    """
+    if previous is None:
+        return PlanAction.NEW
+    if same_settings and content_hash == previous.content_hash:
+        return PlanAction.HEAL if previous.status is DocStatus.PARTIAL else PlanAction.UNCHANGED
+    return PlanAction.CHANGED
+
+
 def plan_files(
     files: Sequence[SourceFile],
     states: Mapping[str, DocState],
@@ -87,13 +103,7 @@ def plan_files(
             if hashed is None:
                 continue
             source = hashed
-        if previous is None:
-            action = PlanAction.NEW
-        elif same_settings and source.content_hash == previous.content_hash:
-            action = (PlanAction.HEAL if previous.status is DocStatus.PARTIAL
-                      else PlanAction.UNCHANGED)
-        else:
-            action = PlanAction.CHANGED
+        action = classify(previous, source.content_hash, same_settings=same_settings)
         plan.items.append(PlanItem(action, source, previous, repair=repairing))
     for doc_id in sorted(set(states) - seen):
         plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))

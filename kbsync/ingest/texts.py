@@ -21,8 +21,8 @@ from kbsync.catalog import identity
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.executor import CONTEXT, Executor
 from kbsync.ingest.stages import DocWork, StageResult
-from kbsync.ingest.classify import PlanItem
-from kbsync.models import DocState, DocStatus, Document, Failure, PlanAction, SourceFile
+from kbsync.ingest.classify import PlanItem, classify
+from kbsync.models import DocState, Document, Failure, PlanAction, SourceFile
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,11 @@ class TextOutcome:
 
 
 def plan_text(ctx: IngestContext, source: SourceFile, namespace: str) -> PlanItem:
-    """The plan rule of :func:`kbsync.ingest.classify.plan_files` for a text whose hash is known."""
+    """The plan rule (:func:`kbsync.ingest.classify.classify`) for a text whose hash is known."""
     previous = ctx.states.get(namespace, source.doc_id)
-    if previous is None:
-        return PlanItem(PlanAction.NEW, source, None)
-    if previous.fingerprint == ctx.fingerprint and previous.content_hash == source.content_hash:
-        action = PlanAction.HEAL if previous.status is DocStatus.PARTIAL else PlanAction.UNCHANGED
-        return PlanItem(action, source, previous)
-    return PlanItem(PlanAction.CHANGED, source, previous)
+    same_settings = previous is not None and previous.fingerprint == ctx.fingerprint
+    return PlanItem(classify(previous, source.content_hash, same_settings=same_settings), source,
+                    previous)
 
 
 def check_owner(ctx: IngestContext, source: SourceFile, namespace: str) -> None:
