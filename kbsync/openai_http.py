@@ -63,6 +63,19 @@ def scrub(text: str, secret: str | None) -> str:
     return KEYLIKE.sub("[redacted]", text)[:MESSAGE_LIMIT]
 
 
+def settings_hint(status: int, prefix: str) -> str:
+    """The settings a refused request points at, appended to its error: ``" (check
+    KBSYNC_EMBED_API_KEY)"`` for 401/403, base URL and model for 404, else empty.
+
+    ``prefix``: ``"EMBED"`` or ``"LLM"``, the endpoint's settings.
+    """
+    if status in (401, 403):
+        return f" (check KBSYNC_{prefix}_API_KEY)"
+    if status == 404:
+        return f" (check KBSYNC_{prefix}_BASE_URL and KBSYNC_{prefix}_MODEL)"
+    return ""
+
+
 def server_message(exc: openai.APIStatusError) -> str:
     """The server's own error text: ``error.message`` of an OpenAI-style body, else the body."""
     body = exc.body

@@ -37,3 +37,78 @@ def run_kbsync(env: dict[str, str], *args: str) -> tuple[int, dict | None, str]:
     proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True, timeout=600)
     data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
     return proc.returncode, data, proc.stderr
+
+
+def hash_env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
+    """:func:`cli_env` with hash embeddings and conversion in process (fast, no model)."""
+    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
+                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
+
+
+def active_pointer(home: Path) -> dict | None:
+    """The active pointer of the ``kbsync`` collection under ``home`` (None when absent)."""
+    path = home / "active" / "kbsync.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon", "meadow",
+          "reef", "tundra", "savanna", "fjord", "marsh"]
+
+
+def topic_share(root: Path, n: int = len(TOPICS), *, filler: int = 0,
+                sites: bool = False) -> Path:
+    """``n`` Markdown files ``d{i % 3}/{topic}{i}.md``, one topic each (TOPICS cycled), each
+    with ``filler`` paragraphs of pseudo-words; ``sites`` adds a sentence naming the site."""
+    files = {}
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)]
+        body = f"The {topic} guide number {i}." + (
+            f" Everything about the {topic}{i} site." if sites else "")
+        files[f"d{i % 3}/{topic}{i}.md"] = f"# {topic} {i}\n\n{body}\n\n" + "\n\n".join(
+            f"Paragraph {j}: " + " ".join(f"w{(i * 31 + j * 7 + w) % 997}" for w in range(40))
+            for j in range(filler))
+    write_tree(root, files)
+    return root
+
+
+def topic_queries(path: Path, root: str = "share", n: int = len(TOPICS)) -> Path:
+    """One labelled query per file of :func:`topic_share` (JSONL), under root name ``root``."""
+    lines = [json.dumps({"query": f"{TOPICS[i]} guide number {i}",
+                         "relevant": [f"{root}/d{i % 3}/{TOPICS[i]}{i}.md"]}) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start_kbsync(env: dict[str, str], *args: str, log: Path) -> subprocess.Popen:
+    """Start the real ``kbsync`` command in its own session (stdout piped, stderr to ``log``)."""
+    with log.open("wb") as sink:
+        return subprocess.Popen([KBSYNC, *args], env=env, stdout=subprocess.PIPE, stderr=sink,
+                                start_new_session=True)
+
+
+def shadow_runtime(live):
+    """A rebuild's shadow runtime (``kbsync__r1``, 64-token chunks) on the live runtime's
+    store (one handle per folder) and embedding service."""
+    from kbsync.catalog.state import StateStore
+    from kbsync.runtime import Runtime
+    from kbsync.text.chunk import chunk_budget
+
+    settings = live.settings.model_copy(update={"collection": "kbsync__r1", "chunk_tokens": 64})
+    return Runtime(settings=settings, store=live.store,
+                   states=StateStore(live.store, settings.state_collection),
+                   service=live.service,
+                   chunk_config=chunk_budget(live.service.input_fit(), tokens=64,
+                                             contextual=settings.contextual_text))
+
+
+def fake_openai_settings(monkeypatch, home: Path, url: str, **extra: str) -> None:
+    """Leave only the ``KBSYNC_*`` settings of a run on the fake OpenAI server at ``url``
+    (``tests/fake_openai.py``: 8-dimensional ``fake-embedding``, conversion in process, a
+    store under ``home``); ``extra`` adds settings by name without the prefix."""
+    for key in [k for k in os.environ if k.upper().startswith("KBSYNC_")]:
+        monkeypatch.delenv(key)
+    for key, value in {"HOME": str(home), "CONVERT_ISOLATION": "false",
+                       "EMBED_PROVIDER": "openai", "EMBED_BASE_URL": url,
+                       "EMBED_MODEL": "fake-embedding", "EMBED_DIMENSIONS": "8",
+                       **extra}.items():
+        monkeypatch.setenv(f"KBSYNC_{key}", value)

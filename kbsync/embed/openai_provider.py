@@ -22,7 +22,8 @@ import openai
 from kbsync.embed.base import TextKind
 from kbsync.embed.base import BatchResult
 from kbsync.errors import BatchTooLarge, EmbeddingPermanentError, EmbeddingTransientError, InputRejected
-from kbsync.openai_http import parse_retry_after, redact_url, scrub, server_message
+from kbsync.openai_http import (parse_retry_after, redact_url, scrub, server_message,
+                                settings_hint)
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +244,7 @@ class OpenAIEmbedder:
             return BatchTooLarge(text)
         if status in (400, 422):  # about these inputs: the service bisects the batch
             return InputRejected(text)
-        if status in (401, 403):
-            return EmbeddingPermanentError(text + " (check KBSYNC_EMBED_API_KEY)")
-        if status == 404:
-            return EmbeddingPermanentError(text + " (check KBSYNC_EMBED_BASE_URL and KBSYNC_EMBED_MODEL)")
-        return EmbeddingPermanentError(text)
+        return EmbeddingPermanentError(text + settings_hint(status, "EMBED"))
 
     def _where(self) -> str:
         return f"embedding endpoint {self.endpoint} (model {self.model!r})"

@@ -177,17 +177,13 @@ class ChatClient:
         return content
 
     def _status_error(self, exc: openai.APIStatusError) -> LLMError:
-        from kbsync.openai_http import parse_retry_after, server_message
+        from kbsync.openai_http import parse_retry_after, server_message, settings_hint
 
         status = exc.status_code
         text = f"{self._where()}: HTTP {status}: {self._scrub(server_message(exc))}"
         if status in _TRANSIENT_STATUS or status >= 500:
             return LLMTransientError(text, retry_after=parse_retry_after(exc.response.headers))
-        if status in (401, 403):
-            return LLMPermanentError(text + " (check KBSYNC_LLM_API_KEY)")
-        if status == 404:
-            return LLMPermanentError(text + " (check KBSYNC_LLM_BASE_URL and KBSYNC_LLM_MODEL)")
-        return LLMPermanentError(text)
+        return LLMPermanentError(text + settings_hint(status, "LLM"))
 
     def _log_retry(self, exc: BaseException, attempt: int, delay: float) -> None:
         log.warning("%s (attempt %d of %d); retrying in %.1fs", exc, attempt, self.max_attempts, delay)

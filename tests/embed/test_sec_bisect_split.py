@@ -19,6 +19,7 @@ from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.settings import Settings
 from tests.fake_openai import Fault, FakeOpenAIServer
+from kbtest import fake_openai_settings
 
 POISON = "POISON-PILL"
 
@@ -76,13 +77,7 @@ def test_ingest_stores_the_good_texts_of_a_batch_poisoned_in_both_halves(tmp_pat
     sections[33] += f" {POISON}"
     (share / "guide.md").write_text("\n\n".join(sections), encoding="utf-8")
     fake_server.set_faults(_poisoned_500)
-    for key in [k for k in __import__("os").environ if k.upper().startswith("KBSYNC_")]:
-        monkeypatch.delenv(key)
-    for key, value in {"HOME": str(tmp_path / "home"), "CONVERT_ISOLATION": "false",
-                       "EMBED_PROVIDER": "openai", "EMBED_BASE_URL": fake_server.url,
-                       "EMBED_MODEL": "fake-embedding", "EMBED_DIMENSIONS": "8",
-                       "EMBED_MAX_ATTEMPTS": "2"}.items():
-        monkeypatch.setenv(f"KBSYNC_{key}", value)
+    fake_openai_settings(monkeypatch, tmp_path / "home", fake_server.url, EMBED_MAX_ATTEMPTS="2")
     monkeypatch.setattr("time.sleep", lambda s: None)  # the batch's own backoff
     runtime = Runtime.open(Settings())
     try:

@@ -7,20 +7,8 @@ from kbsync.runtime import Runtime
 from kbsync.maintenance import rebuild as rb
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
-from kbsync.catalog.state import StateStore
 from kbsync.models import SyncMode
-from kbsync.text.chunk import chunk_budget
-from kbtest import write_tree
-
-
-def _shadow(live: Runtime) -> Runtime:
-    """A shadow runtime on the live one's store (one handle per folder), smaller chunks."""
-    settings = live.settings.model_copy(update={"collection": "kbsync__r1", "chunk_tokens": 64})
-    return Runtime(settings=settings, store=live.store,
-                   states=StateStore(live.store, settings.state_collection),
-                   service=live.service,
-                   chunk_config=chunk_budget(live.service.input_fit(), tokens=64,
-                                             contextual=settings.contextual_text))
+from kbtest import shadow_runtime, write_tree
 
 
 def test_state_check_follows_the_shares(runtime, tmp_path):
@@ -28,7 +16,7 @@ def test_state_check_follows_the_shares(runtime, tmp_path):
     write_tree(share, {f"d{i}.md": f"# Doc {i}\n\nText of document {i}." for i in range(6)})
     roots = [parse_root(f"docs={share}")]
     assert run_plain(roots, runtime=runtime).added == 6
-    shadow = _shadow(runtime)
+    shadow = shadow_runtime(runtime)
     plan = rb.RebuildPlan(logical="kbsync", live="kbsync", shadow="kbsync__r1", previous=None,
                           roots={"default": [f"docs={share}"]}, live_build={}, target_build={})
     assert run_plain(roots, runtime=shadow, mode=SyncMode.FULL).added == 6

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from kbsync.runtime import Runtime
 from kbsync.errors import MassDeleteRefused, StoreError, UsageError
 from kbsync.maintenance import rebuild as rb
 from kbsync.maintenance import rebuild_checks as checks
@@ -20,20 +19,9 @@ from kbsync.catalog import active
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.remove import Target, remove
 from kbsync.ingest.runner import run_plain
-from kbsync.catalog.state import StateStore
 from kbsync.models import SyncMode
 from kbsync.store import active as pointer
-from kbsync.text.chunk import chunk_budget
-from kbtest import write_tree
-
-
-def _shadow(live: Runtime) -> Runtime:
-    settings = live.settings.model_copy(update={"collection": "kbsync__r1", "chunk_tokens": 64})
-    return Runtime(settings=settings, store=live.store,
-                   states=StateStore(live.store, settings.state_collection),
-                   service=live.service,
-                   chunk_config=chunk_budget(live.service.input_fit(), tokens=64,
-                                             contextual=settings.contextual_text))
+from kbtest import shadow_runtime, write_tree
 
 
 def _two_roots(runtime, tmp_path):
@@ -53,7 +41,7 @@ def test_the_state_check_refuses_a_shadow_built_while_a_root_was_empty(runtime, 
     kept = {p: p.read_text() for p in b.glob("*.md")}
     for path in kept:
         path.unlink()  # unmounted while the shadow is built
-    shadow = _shadow(runtime)
+    shadow = shadow_runtime(runtime)
     assert run_plain(roots, runtime=shadow, mode=SyncMode.FULL).added == 5
     check = rb.state_check(plan, shadow, runtime)
     assert not check["matches"], check
@@ -73,7 +61,7 @@ def test_the_state_check_refuses_a_shadow_built_while_a_root_was_empty(runtime, 
 
 def test_the_state_check_refuses_when_the_live_roots_changed(runtime, tmp_path):
     a, b, roots, plan = _two_roots(runtime, tmp_path)
-    shadow = _shadow(runtime)
+    shadow = shadow_runtime(runtime)
     run_plain(roots, runtime=shadow, mode=SyncMode.FULL)
     assert rb.state_check(plan, shadow, runtime)["matches"]
     remove(runtime.store, collection="kbsync", state_collection="kbsync_state",
@@ -105,7 +93,7 @@ def test_a_gate_that_cannot_measure_is_refused():
 def test_a_lost_pointer_is_refused_until_restored(runtime, tmp_path):
     settings = runtime.settings
     a, b, roots, plan = _two_roots(runtime, tmp_path)
-    shadow = _shadow(runtime)
+    shadow = shadow_runtime(runtime)
     run_plain(roots, runtime=shadow, mode=SyncMode.FULL)
     active.write_build(runtime.store, "kbsync__r1", {"chunk_tokens": 64}, run_id="t")
     # A leftover shadow beside a live logical collection is served as before.

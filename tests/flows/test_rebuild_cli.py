@@ -12,46 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from kbtest import cli_env, run_kbsync, write_tree
-
-KBSYNC = str(Path(sys.executable).with_name("kbsync"))
-TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon", "meadow",
-          "reef", "tundra", "savanna", "fjord", "marsh"]
-
-
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
-                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
-
-
-def _share(root: Path, n: int = len(TOPICS), *, filler: int = 0) -> Path:
-    files = {}
-    for i in range(n):
-        topic = TOPICS[i % len(TOPICS)]
-        body = f"The {topic} guide number {i}. Everything about the {topic}{i} site."
-        files[f"d{i % 3}/{topic}{i}.md"] = f"# {topic} {i}\n\n{body}\n\n" + "\n\n".join(
-            f"Paragraph {j}: " + " ".join(f"w{(i * 31 + j * 7 + w) % 997}" for w in range(40))
-            for j in range(filler))
-    write_tree(root, files)
-    return root
-
-
-def _queries(path: Path, n: int = len(TOPICS)) -> Path:
-    lines = [json.dumps({"query": f"{TOPICS[i]} guide number {i}",
-                         "relevant": [f"share/d{i % 3}/{TOPICS[i]}{i}.md"]}) for i in range(n)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _pointer(home: Path) -> dict | None:
-    path = home / "active" / "kbsync.json"
-    return json.loads(path.read_text()) if path.exists() else None
+from kbtest import (TOPICS, active_pointer, hash_env, run_kbsync, start_kbsync, topic_queries,
+                    topic_share, write_tree)
 
 
 def _collections(home: Path) -> set[str]:
@@ -60,8 +27,9 @@ def _collections(home: Path) -> set[str]:
 
 def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
-    share, queries = _share(tmp_path / "share"), _queries(tmp_path / "q.jsonl")
+    env = hash_env(prefect_api, home)
+    share = topic_share(tmp_path / "share", sites=True)
+    queries = topic_queries(tmp_path / "q.jsonl")
     code, first, err = run_kbsync(env, "ingest", f"share={share}", "--json")
     assert code == 0 and first["added"] == len(TOPICS), err
 
@@ -86,7 +54,7 @@ def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     # comes from the embedding cache.
     assert (built["embeddings_computed"], built["embeddings_cached"]) == (0, built["chunks_kept"])
     assert report["replay"]["default"]["unchanged"] == len(TOPICS)  # nothing changed meanwhile
-    pointer = _pointer(home)
+    pointer = active_pointer(home)
     assert pointer["active"] == "kbsync__r1" and pointer["previous"] == "kbsync"
     assert pointer["build"]["chunk_tokens"] == 64
 
@@ -115,8 +83,9 @@ def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
 
 def test_rebuild_refuses_a_worse_model_and_keeps_the_live_collection(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
-    share, queries = _share(tmp_path / "share"), _queries(tmp_path / "q.jsonl")
+    env = hash_env(prefect_api, home)
+    share = topic_share(tmp_path / "share", sites=True)
+    queries = topic_queries(tmp_path / "q.jsonl")
     code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
     assert code == 0, err
     worse = {**env, "KBSYNC_EMBED_DIMENSIONS": "4"}  # 4-dim hash vectors collide
@@ -128,17 +97,11 @@ def test_rebuild_refuses_a_worse_model_and_keeps_the_live_collection(prefect_api
     assert "kbsync: rebuild refused: dense: nDCG@10" in err
     assert report["shadow"]["embedding"]["dimension"] == 4
     assert report["live"]["embedding"]["dimension"] == 384
-    assert _pointer(home) is None
+    assert active_pointer(home) is None
     assert "kbsync__r1" not in _collections(home)  # the refused shadow is discarded
     code, stats, err = run_kbsync(env, "stats", "--json")
     assert stats["collection"] == "kbsync" and stats["namespaces"]["default"]["documents"] == \
         len(TOPICS), err
-
-
-def _start(env: dict, *args: str, log: Path) -> subprocess.Popen:
-    with log.open("wb") as sink:
-        return subprocess.Popen([KBSYNC, *args], env=env, stdout=subprocess.PIPE, stderr=sink,
-                                start_new_session=True)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 300,
@@ -154,18 +117,19 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 300,
 @pytest.mark.slow
 def test_kill_9_during_rebuild_leaves_live_serving_and_resumes(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home, KBSYNC_FILES_PER_BATCH="8")
-    share, queries = _share(tmp_path / "share", 240, filler=6), _queries(tmp_path / "q.jsonl")
+    env = hash_env(prefect_api, home, KBSYNC_FILES_PER_BATCH="8")
+    share = topic_share(tmp_path / "share", 240, filler=6, sites=True)
+    queries = topic_queries(tmp_path / "q.jsonl")
     code, first, err = run_kbsync(env, "ingest", f"share={share}", "--json")
     assert code == 0 and first["added"] == 240, err
     new = {**env, "KBSYNC_CHUNK_TOKENS": "48", "KBSYNC_CHUNK_OVERLAP": "8"}
     log = tmp_path / "1.err"
-    proc = _start(new, "-v", "rebuild", "--queries", str(queries), "--json", log=log)
+    proc = start_kbsync(new, "-v", "rebuild", "--queries", str(queries), "--json", log=log)
     # Killed in the middle of the shadow's batches (the runner logs each one done, -v).
     _wait_for(log, proc, text="root share: batch 2/")
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
-    assert _pointer(home) is None  # the swap never happened: live untouched
+    assert active_pointer(home) is None  # the swap never happened: live untouched
     code, stats, err = run_kbsync(env, "stats", "--json")
     assert stats["collection"] == "kbsync", err
     assert stats["namespaces"]["default"]["documents"] == 240
@@ -186,12 +150,14 @@ def test_kill_9_during_rebuild_leaves_live_serving_and_resumes(prefect_api, tmp_
 @pytest.mark.slow
 def test_changes_during_a_rebuild_reach_the_shadow_and_search_stays_up(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home, KBSYNC_FILES_PER_BATCH="8")
-    share, queries = _share(tmp_path / "share", 240, filler=6), _queries(tmp_path / "q.jsonl")
+    env = hash_env(prefect_api, home, KBSYNC_FILES_PER_BATCH="8")
+    share = topic_share(tmp_path / "share", 240, filler=6, sites=True)
+    queries = topic_queries(tmp_path / "q.jsonl")
     code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
     assert code == 0, err
     new = {**env, "KBSYNC_CHUNK_TOKENS": "48", "KBSYNC_CHUNK_OVERLAP": "8"}
-    proc = _start(new, "rebuild", "--queries", str(queries), "--json", log=tmp_path / "r.err")
+    proc = start_kbsync(new, "rebuild", "--queries", str(queries), "--json",
+                        log=tmp_path / "r.err")
     _wait_for(home / "qdrant" / "kbsync__r1", proc)
     # Search is served by the live collection meanwhile (through the rebuild's relay).
     code, hits, err = run_kbsync(env, "search", "the orchard3 site", "--json")

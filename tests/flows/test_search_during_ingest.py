@@ -7,27 +7,15 @@ reads on its relay socket; the readers are separate ``kbsync`` processes.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from kbsync.store.relay import socket_path
-from kbtest import write_tree
+from kbtest import KBSYNC, hash_env, write_tree
 
-KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 FILES = 400
-
-
-def _env(prefect_api: str, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_CONVERT_ISOLATION="false", KBSYNC_FILES_PER_BATCH="4")
-    return env
 
 
 def _read(env: dict, *args: str) -> tuple[int, dict | None, str]:
@@ -41,7 +29,7 @@ def test_search_and_stats_answer_while_kbsync_ingest_runs(prefect_api, tmp_path)
     share, home = tmp_path / "share", tmp_path / "home"
     write_tree(share, {f"d{i % 9}/n{i}.md": f"# Note {i}\n\nrotate the key of tenant {i}. "
                        f"marker{i} policy backup.\n" for i in range(FILES)})
-    env = _env(prefect_api, home)
+    env = hash_env(prefect_api, home, KBSYNC_FILES_PER_BATCH="4")
     ingest = subprocess.Popen([KBSYNC, "ingest", str(share), "--json"], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

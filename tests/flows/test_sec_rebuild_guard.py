@@ -20,44 +20,8 @@ from pathlib import Path
 import pytest
 
 from fake_openai import FakeOpenAIServer
-from kbtest import KBSYNC, cli_env, run_kbsync, write_tree
-
-TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon", "meadow",
-          "reef", "tundra", "savanna", "fjord", "marsh"]
-
-
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
-                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
-
-
-def _share(root: Path, n: int = len(TOPICS), *, filler: int = 0) -> Path:
-    files = {}
-    for i in range(n):
-        topic = TOPICS[i % len(TOPICS)]
-        files[f"d{i % 3}/{topic}{i}.md"] = f"# {topic} {i}\n\nThe {topic} guide number {i}.\n\n" + \
-            "\n\n".join(f"Paragraph {j}: " + " ".join(f"w{(i * 31 + j * 7 + w) % 997}"
-                                                      for w in range(40)) for j in range(filler))
-    write_tree(root, files)
-    return root
-
-
-def _queries(path: Path, root: str = "share", n: int = len(TOPICS)) -> Path:
-    path.write_text("\n".join(json.dumps({"query": f"{TOPICS[i]} guide number {i}",
-                                          "relevant": [f"{root}/d{i % 3}/{TOPICS[i]}{i}.md"]})
-                              for i in range(n)) + "\n")
-    return path
-
-
-def _pointer(home: Path) -> dict | None:
-    path = home / "active" / "kbsync.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _start(env: dict, *args: str, log: Path) -> subprocess.Popen:
-    with log.open("wb") as sink:
-        return subprocess.Popen([KBSYNC, *args], env=env, stdout=subprocess.PIPE, stderr=sink,
-                                start_new_session=True)
+from kbtest import (TOPICS, active_pointer, hash_env, run_kbsync, start_kbsync, topic_queries,
+                    topic_share, write_tree)
 
 
 def _wait_for(log: Path, proc: subprocess.Popen, text: str, timeout_s: float = 300) -> None:
@@ -72,19 +36,19 @@ def _wait_for(log: Path, proc: subprocess.Popen, text: str, timeout_s: float = 3
 
 def test_a_rebuild_refuses_a_temporarily_empty_root(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
-    share, other = _share(tmp_path / "share"), _share(tmp_path / "other")
+    env = hash_env(prefect_api, home)
+    share, other = topic_share(tmp_path / "share"), topic_share(tmp_path / "other")
     code, first, err = run_kbsync(env, "ingest", f"share={share}", f"other={other}", "--json")
     assert code == 0 and first["added"] == 2 * len(TOPICS), err
     for path in sorted(other.rglob("*.md")):  # unmounted: an empty folder
         path.unlink()
     code, out, err = run_kbsync({**env, "KBSYNC_CHUNK_TOKENS": "64"}, "rebuild", "--queries",
-                                str(_queries(tmp_path / "q.jsonl")), "--json")
+                                str(topic_queries(tmp_path / "q.jsonl")), "--json")
     assert code != 0 and out["error"]["kind"] == "MassDeleteRefused", (code, out, err)
     line = out["error"]["message"]
     assert "root other" in line and "holds no files" in line and "nothing was built" in line
     assert "kbsync remove --root NAME" in line, line
-    assert _pointer(home) is None
+    assert active_pointer(home) is None
     assert not (home / "qdrant" / "kbsync__r1").exists()
     code, stats, err = run_kbsync(env, "stats", "--json")
     assert stats["collection"] == "kbsync", err
@@ -93,14 +57,14 @@ def test_a_rebuild_refuses_a_temporarily_empty_root(prefect_api, tmp_path):
 
 def test_a_gate_that_finds_no_relevant_document_refuses(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
-    share, team = _share(tmp_path / "share"), _share(tmp_path / "team")
+    env = hash_env(prefect_api, home)
+    share, team = topic_share(tmp_path / "share"), topic_share(tmp_path / "team")
     code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
     assert code == 0, err
     code, _, err = run_kbsync(env, "ingest", f"team={team}", "--namespace", "team", "--json")
     assert code == 0, err
     # The queries point into namespace team; the rebuild evaluates default (forgotten flag).
-    queries = _queries(tmp_path / "q.jsonl", root="team")
+    queries = topic_queries(tmp_path / "q.jsonl", root="team")
     code, out, err = run_kbsync({**env, "KBSYNC_CHUNK_TOKENS": "16"}, "rebuild", "--queries",
                                 str(queries), "--json")
     assert code == 2 and out["error"]["kind"] == "UsageError", (code, out, err)
@@ -108,7 +72,7 @@ def test_a_gate_that_finds_no_relevant_document_refuses(prefect_api, tmp_path):
     assert "none of the 12 queries' 12 relevant documents" in line, line
     assert "namespace 'default'" in line and "--namespace" in line, line
     assert len(err.strip().splitlines()) == 1, err
-    assert _pointer(home) is None
+    assert active_pointer(home) is None
     assert not (home / "qdrant" / "kbsync__r1").exists()
 
 
@@ -151,10 +115,10 @@ def _paused_embedder(prefect_api: str, home: Path):
     :class:`_Pause`."""
     pause = _Pause()
     with FakeOpenAIServer(dimension=384, faults=pause) as server:
-        env = _env(prefect_api, home, KBSYNC_EMBED_PROVIDER="openai",
-                   KBSYNC_EMBED_BASE_URL=server.url, KBSYNC_EMBED_API_KEY="k",
-                   KBSYNC_EMBED_MODEL="fake-embedding", KBSYNC_EMBED_DIMENSIONS="384",
-                   KBSYNC_EMBED_TIMEOUT_S="600", KBSYNC_FILES_PER_BATCH="4")
+        env = hash_env(prefect_api, home, KBSYNC_EMBED_PROVIDER="openai",
+                       KBSYNC_EMBED_BASE_URL=server.url, KBSYNC_EMBED_API_KEY="k",
+                       KBSYNC_EMBED_MODEL="fake-embedding", KBSYNC_EMBED_DIMENSIONS="384",
+                       KBSYNC_EMBED_TIMEOUT_S="600", KBSYNC_FILES_PER_BATCH="4")
         try:
             yield env, pause
         finally:
@@ -165,18 +129,19 @@ def _paused_embedder(prefect_api: str, home: Path):
 def test_a_sync_started_during_a_rebuild_waits_for_all_of_it(prefect_api, tmp_path):
     home = tmp_path / "home"
     with _paused_embedder(prefect_api, home) as (env, pause):
-        share, queries = _share(tmp_path / "share", filler=2), _queries(tmp_path / "q.jsonl")
+        share = topic_share(tmp_path / "share", filler=2)
+        queries = topic_queries(tmp_path / "q.jsonl")
         code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
         assert code == 0, err
         pause.arm()
         new = {**env, "KBSYNC_CHUNK_TOKENS": "48", "KBSYNC_CHUNK_OVERLAP": "8"}
         rebuild_log = tmp_path / "rebuild.err"
-        rebuild = _start(new, "-v", "rebuild", "--queries", str(queries), "--json",
+        rebuild = start_kbsync(new, "-v", "rebuild", "--queries", str(queries), "--json",
                          log=rebuild_log)
         _wait_event(pause.entered, rebuild, rebuild_log)  # building the shadow, lock held
         write_tree(share, {"late/zeppelin.md": "# zeppelin\n\nThe zeppelin hangar manual."})
         sync_log = tmp_path / "sync.err"
-        sync = _start({**env, "KBSYNC_LOCK_TIMEOUT_S": "300"}, "ingest", f"share={share}",
+        sync = start_kbsync({**env, "KBSYNC_LOCK_TIMEOUT_S": "300"}, "ingest", f"share={share}",
                       "--json", log=sync_log)
         _wait_for(sync_log, sync, "waiting for the write lock held by a rebuild")
         pause.release()
@@ -204,17 +169,17 @@ def test_a_sync_started_during_a_rebuild_waits_for_all_of_it(prefect_api, tmp_pa
 def test_a_rebuild_during_an_ingest_is_lock_held(prefect_api, tmp_path):
     home = tmp_path / "home"
     with _paused_embedder(prefect_api, home) as (env, pause):
-        share = _share(tmp_path / "share")
+        share = topic_share(tmp_path / "share")
         code, _, err = run_kbsync(env, "ingest", f"share={share}", "--json")
         assert code == 0, err
         pause.arm()
-        big = _share(tmp_path / "big", filler=2)
+        big = topic_share(tmp_path / "big", filler=2)
         ingest_log = tmp_path / "ingest.err"
-        ingest = _start(env, "ingest", f"big={big}", "--json", log=ingest_log)
+        ingest = start_kbsync(env, "ingest", f"big={big}", "--json", log=ingest_log)
         _wait_event(pause.entered, ingest, ingest_log)  # mid-ingest, lock held
         for extra in ({}, {"KBSYNC_LOCK_TIMEOUT_S": "1"}):  # refused at once, and after a wait
             code, out, err = run_kbsync({**env, **extra, "KBSYNC_CHUNK_TOKENS": "64"}, "rebuild",
-                                        "--queries", str(_queries(tmp_path / "q.jsonl")),
+                                        "--queries", str(topic_queries(tmp_path / "q.jsonl")),
                                         "--json")
             assert code == 1 and out["error"]["kind"] == "LockHeld", (extra, code, out, err)
             assert "an ingest of namespace 'default'" in out["error"]["message"], out

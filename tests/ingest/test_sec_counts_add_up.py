@@ -11,8 +11,6 @@ vectors of another dimension.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from kbsync.runtime import Runtime
@@ -23,6 +21,7 @@ from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import run_plain
 from kbsync.settings import Settings
 from tests.fake_openai import Fault, FakeOpenAIServer
+from kbtest import fake_openai_settings
 
 FILES = 160
 
@@ -36,13 +35,7 @@ def _adds_up(counts: dict) -> bool:
 def runtime(tmp_path, monkeypatch):
     """A runtime over the fake server (8 dimensions, 10 files per batch); yields (runtime, server)."""
     with FakeOpenAIServer(dimension=8) as server:
-        for key in [k for k in os.environ if k.upper().startswith("KBSYNC_")]:
-            monkeypatch.delenv(key)
-        for key, value in {"HOME": str(tmp_path / "home"), "CONVERT_ISOLATION": "false",
-                           "EMBED_PROVIDER": "openai", "EMBED_BASE_URL": server.url,
-                           "EMBED_MODEL": "fake-embedding", "EMBED_DIMENSIONS": "8",
-                           "FILES_PER_BATCH": "10"}.items():
-            monkeypatch.setenv(f"KBSYNC_{key}", value)
+        fake_openai_settings(monkeypatch, tmp_path / "home", server.url, FILES_PER_BATCH="10")
         runtime = Runtime.open(Settings())
         try:
             yield runtime, server
