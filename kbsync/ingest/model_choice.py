@@ -126,12 +126,12 @@ def _converted_reader(settings: Settings, roots: Sequence[RootSpec],
     convert starts none) and stops with ``stack``. A document that fails to convert is
     left out of the sample with one INFO line; the run itself reports it as it always does.
     """
-    resolved = [(root.path.resolve(), root.name) for root in roots]
     pool: list[IsolatedConverter] = []
 
-    def within(path: Path) -> Path | None:
-        real = path.resolve()
-        return next((root for root, _name in resolved if real.is_relative_to(root)), None)
+    def within(path: Path) -> Path:
+        # The root the path was found under, resolved: the read refuses a file whose real
+        # path leaves it (a link out of the share), as the run's own reads do.
+        return next(root.path for root in roots if path.is_relative_to(root.path)).resolve()
 
     def read(path: Path) -> str | None:
         doc_id, root = f"language-sample:{path.name}", within(path)

@@ -167,3 +167,16 @@ def test_each_kind_of_file_weighs_by_its_count_in_the_share(tmp_path):
                              read_other=lambda p: convert(p, doc_id="x").markdown)
     assert (sample.files, sample.converted) == (4, 2)
     assert 0.6 < sample.cjk_share < 0.8  # 6/8 of the files, almost all CJK
+
+
+def test_a_link_out_of_the_share_is_not_sampled(tmp_path, make_settings):
+    """The sample reads what the run may read: a PDF reached by a link leading out of the
+    root is refused (SymlinkOutsideRoot), not converted."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    share = tmp_path / "share"
+    write_tree(share, {"README.md": EN_DOC})
+    for n in range(3):
+        (share / f"zh-{n}.pdf").symlink_to(_zh_pdf(outside / f"zh-{n}.pdf", _zh_lines()))
+    settings = make_settings(convert_isolation=False)
+    assert choose_model(settings, [RootSpec(name="share", path=share)], dry_run=True) is settings
