@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 from kbsync.query import expand
 from kbsync.query.filters import SearchFilters, stale_note
 from kbsync.errors import KbsyncError
-from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
+from kbsync.query.fusion import FUSION_DEPTH, Fusion, fuse, fusion_for
 from kbsync.query.llm import ChatModel, chat_model
 from kbsync.catalog.identity import check_query_embedder
 from kbsync.models import SearchHit
 from kbsync.text.sparse import SparseEncoder
-from kbsync.store.base import Filter, ScoredPoint, VectorStore
+from kbsync.store.base import Filter, ScoredPoint, SparseVec, VectorStore
 
 if TYPE_CHECKING:  # the type only
     from kbsync.embed.service import EmbeddingService
@@ -240,17 +240,27 @@ def _search_one(probe: _Probe, *, store: VectorStore, service: EmbeddingService,
         vector = service.embed_query(probe.text)
     if mode is SearchMode.DENSE:
         return store.search(collection, vector, limit=limit, flt=flt)
-    depth = max(limit, FUSION_DEPTH)
-    # A store with ``payloads`` (the embedded one) fuses ids and scores and fetches the
-    # payloads of the ``limit`` kept only: 2 x FUSION_DEPTH payloads cost ~4x the searches.
+    sparse_query = sparse.encode_query(probe.text)
+    weights = fusion_for(probe.text, provider=service.provider, model=service.model,
+                         sparse=sparse.version)
+    return hybrid_candidates(store, collection, vector, sparse_query, weights, limit=limit,
+                             flt=flt, depth=max(limit, FUSION_DEPTH))
+
+
+def hybrid_candidates(store: VectorStore, collection: str, vector: Sequence[float],
+                      sparse_query: SparseVec, weights: Fusion, *, limit: int,
+                      flt: Filter | None, depth: int) -> list[ScoredPoint]:
+    """One dense and one sparse query (``depth`` candidates each), fused, best ``limit``.
+
+    A store with ``payloads`` (the embedded one) fuses ids and scores and fetches the
+    payloads of the ``limit`` kept only: 2 x FUSION_DEPTH payloads cost ~4x the searches.
+    An empty sparse query leaves the dense list alone in the fusion.
+    """
     fetch = getattr(store, "payloads", None)
     bare = {} if fetch is None else {"with_payload": False}
     dense = store.search(collection, vector, limit=depth, flt=flt, **bare)
-    sparse_query = sparse.encode_query(probe.text)
     lexical = (store.sparse_search(collection, sparse_query, limit=depth, flt=flt, **bare)
                if sparse_query.indices else [])
-    weights = fusion_for(probe.text, provider=service.provider, model=service.model,
-                         sparse=sparse.version)
     fused = fuse(dense, lexical, weights, limit=limit)
     return fused if fetch is None else with_payloads(fetch, collection, fused)
 
