@@ -69,8 +69,11 @@ def test_segments_seal_as_the_store_grows_and_recall_stays(tmp_path: Path,
         recall = np.mean([len(f & {_points(vectors[j:j + 1], int(j))[0].id for j in row}) / 10
                           for f, row in zip(found, exact)])
         assert recall >= 0.99, recall
+        # Term 7 is in every 97th point, all at weight 1.0: they tie, and which three of the
+        # ~46 come first depends on segment order, so the test asks only that each hit has it.
+        with_term = {p.id for p in _points(vectors) if 7 in p.sparse.indices}
         hits = store.sparse_search("kb", SparseVec([7], [1.0]), limit=3)
-        assert _points(vectors[7:8], 7)[0].id in {h.id for h in hits}
+        assert len(hits) == 3 and {h.id for h in hits} <= with_term
     assert es.is_sealed_layout(tmp_path / "kb")
     with EdgeStore(tmp_path) as store:  # reopened: the same points, the same answers
         assert store.count("kb") == n
