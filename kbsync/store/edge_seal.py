@@ -42,7 +42,8 @@ from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
 from kbsync.store import diskspace
-from kbsync.store.edge_check import is_appendable, require_whole_segments, seal_need
+from kbsync.store.edge_check import (is_appendable, require_whole_segments, seal_need,
+                                     warm_flag_files)
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,8 @@ def load_shard(folder: Path, name: str, config: Any) -> Any:
     """
     drop_half_built(folder, name)
     require_whole_segments(folder, name)  # a short mapped file would SIGBUS a search
+    files, seconds = warm_flag_files(folder)
+    log.debug("edge collection %s: warmed %d flag files in %.2f s", name, files, seconds)
     try:
         with _errors("load", name):
             return qe.EdgeShard.load(str(folder), config)

@@ -217,3 +217,23 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
         assert "seal" not in again["stage_s"]
     finally:
         runtime.close()
+
+
+def test_flag_files_are_read_ahead_before_a_load_and_left_as_they_are(tmp_path: Path,
+                                                                       small_seal: int) -> None:
+    from kbsync.store.edge_check import warm_flag_files
+
+    vectors = _vectors(2500, 16)
+    with EdgeStore(tmp_path) as store:
+        store.ensure_collection("kb", dimension=16, keyword_indexes=("namespace",), sparse=True)
+        store.upsert("kb", _points(vectors))
+    flags = sorted((tmp_path / "kb" / "segments").glob("*/**/flags_a.dat"))
+    assert len(flags) >= 2 * 3  # every segment has a deleted-vector set and a null index
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in flags}
+    files, seconds = warm_flag_files(tmp_path / "kb")
+    assert files == len(flags) and seconds >= 0
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in flags} == before
+    assert warm_flag_files(tmp_path / "missing") == (0, pytest.approx(0, abs=1))
+    with EdgeStore(tmp_path) as store:  # the load that warms first answers as before
+        assert store.count("kb") == 2500
+        assert store.search("kb", vectors[9].tolist(), limit=1)[0].id == _points(vectors)[9].id
