@@ -42,7 +42,7 @@ import qdrant_edge as qe
 
 from kbsync import home
 from kbsync.store import diskspace
-from kbsync.errors import (DimensionMismatch, KbsyncError, StoreDrift, StoreError,
+from kbsync.errors import (DimensionMismatch, KbsyncError, StoreError,
                            StoreFailure, StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store import edge_query as eq
