@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -72,9 +73,12 @@ def sample_language(roots: Sequence[Path], *, files: int = 64, head_bytes: int =
     ``read_other`` returns None for."""
     text_paths: list[Path] = []
     other_paths: list[Path] = []
-    for path in _candidate_files(roots, TEXT_SUFFIXES | other_suffixes):
+    root_of: dict[Path, Path] = {}
+    for root, path in _candidate_files(roots, TEXT_SUFFIXES | other_suffixes):
         (text_paths if path.suffix.lower() in TEXT_SUFFIXES else other_paths).append(path)
-    raw = _count(_spread(sorted(text_paths), files), lambda path: _head_text(path, head_bytes))
+        root_of[path] = root
+    raw = _count(_spread(sorted(text_paths), files),
+                 lambda path: _head_text(path, head_bytes, root_of[path]))
     if read_other is None or not other_paths:
         return raw
     converted = _count(_spread(sorted(other_paths), other_files),
@@ -112,16 +116,17 @@ def _head_of(text: str | None, head_bytes: int) -> str | None:
     return None if text is None else text[:head_bytes]
 
 
-def _candidate_files(roots: Sequence[Path], suffixes: frozenset[str]) -> Iterable[Path]:
-    """Files under ``roots`` whose suffix is one of ``suffixes``, sorted per folder, at most
-    :data:`_CANDIDATES` (hidden folders skipped)."""
+def _candidate_files(roots: Sequence[Path],
+                     suffixes: frozenset[str]) -> Iterable[tuple[Path, Path]]:
+    """``(root, file)`` for files under ``roots`` whose suffix is one of ``suffixes``, sorted
+    per folder, at most :data:`_CANDIDATES` (hidden folders skipped)."""
     found = 0
     for root in roots:
         for folder, dirs, names in os.walk(root, onerror=lambda _exc: None):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for name in sorted(names):
                 if Path(name).suffix.lower() in suffixes:
-                    yield Path(folder) / name
+                    yield root, Path(folder) / name
                     found += 1
                     if found >= _CANDIDATES:
                         return
@@ -135,10 +140,25 @@ def _spread(paths: list[Path], n: int) -> list[Path]:
     return [paths[int(i * step)] for i in range(n)]
 
 
-def _head_text(path: Path, head_bytes: int) -> str | None:
-    """The first ``head_bytes`` of ``path`` as text, markup removed; None if unreadable."""
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_NOCTTY", 0))
+"""O_NONBLOCK: a FIFO named like a text file is opened without waiting for a writer (a plain
+open blocked the whole ingest on one), then skipped as not a regular file."""
+
+
+def _head_text(path: Path, head_bytes: int, root: Path) -> str | None:
+    """The first ``head_bytes`` of ``path`` as text, markup removed; None if unreadable, not
+    a regular file, or outside ``root`` through a link (the run's reads refuse that file:
+    :mod:`kbsync.convert.safe_read`; the sample must not read it either)."""
     try:
-        with open(path, "rb") as handle:
+        descriptor = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(descriptor, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode) or \
+                    not _inside(handle.fileno(), path, root):
+                return None
             raw = handle.read(head_bytes)
     except OSError:
         return None
@@ -146,6 +166,17 @@ def _head_text(path: Path, head_bytes: int) -> str | None:
     if path.suffix.lower() in {".html", ".htm", ".xhtml", ".xml"}:
         text = _TAG.sub(" ", _SCRIPT.sub(" ", text))
     return text
+
+
+def _inside(descriptor: int, path: Path, root: Path) -> bool:
+    """Whether the open file's real path lies under ``root`` (the kernel's answer where
+    ``/proc`` has it, else the path resolved again)."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{descriptor}")
+    except OSError:
+        real = os.path.realpath(path)
+    base = os.path.realpath(root)
+    return os.path.commonpath([real, base]) == base
 
 
 def _decode(raw: bytes) -> str:

@@ -180,3 +180,21 @@ def test_a_link_out_of_the_share_is_not_sampled(tmp_path, make_settings):
         (share / f"zh-{n}.pdf").symlink_to(_zh_pdf(outside / f"zh-{n}.pdf", _zh_lines()))
     settings = make_settings(convert_isolation=False)
     assert choose_model(settings, [RootSpec(name="share", path=share)], dry_run=True) is settings
+
+
+def test_raw_heads_are_read_only_inside_the_share_and_a_fifo_does_not_block(tmp_path):
+    """The raw head reads obey the run's read rules: a text file reached by a link leading
+    out of the root is not read, a link that stays inside is, and a FIFO named like a text
+    file is skipped at once (a plain open waited for a writer: the ingest hung)."""
+    outside = tmp_path / "outside"
+    _zh_share(outside)
+    share = tmp_path / "share"
+    write_tree(share, {"README.md": EN_DOC, "docs/guide.md": EN_DOC})
+    for name in ("faq.md", "runbook.txt", "page.html"):
+        (share / f"out-{name}").symlink_to(outside / name)
+    (share / "inside.md").symlink_to(share / "docs" / "guide.md")
+    os.mkfifo(share / "pipe.md")
+    sample = sample_language([share])
+    assert sample.files == 3  # README, docs/guide and the link inside; no link out, no FIFO
+    assert sample.cjk_chars == 0 and sample.cjk_share == 0.0
+    assert sample_language([outside]).cjk_share > 0.5  # the same files, read in their root
