@@ -117,14 +117,15 @@ _WARM_THREADS = 2
 
 
 def warm_flag_files(folder: Path) -> tuple[int, float]:
-    """Read every segment's bit-flag files (``flags_a.dat``) once, before the engine loads
+    """Read ahead every segment's bit-flag files (``flags_a.dat``) before the engine loads
     the shard at ``folder``; returns ``(files, seconds)``. Changes nothing on disk.
 
     Why: qdrant-edge-py 0.9.0 keeps each flag set (the null and bool payload indexes,
-    deleted vectors: ~20 per sealed segment of kbsync's chunk layout) in a 1 MiB file,
+    deleted vectors: ~19 per sealed segment of kbsync's chunk layout) in a 1 MiB file,
     however few points the segment holds, and on load walks every bit of it with readahead
-    off (``MADV_RANDOM``) after dropping it from the page cache the load before: one major
-    page fault per 4 KiB, 256 per file. At 1M chunks (50 segments) that was 231k faults.
+    off (``MADV_RANDOM``); a load also drops the shard's files from the page cache
+    (``POSIX_FADV_DONTNEED``), so each open found them gone: one major page fault per 4 KiB,
+    256 per file. At 1M chunks (50 segments) that was 231k faults.
     Read ahead here (``POSIX_FADV_WILLNEED``, or plain reads where the platform has no
     ``posix_fadvise``; two threads, which release the GIL), the pages are in the cache when
     the engine walks them: 5.5k faults (``tests/bench/store_reopen.py`` has the times). The
