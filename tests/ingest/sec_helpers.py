@@ -44,10 +44,15 @@ def plain_ingest(*roots: Path, mode: str = "incremental", drop_dac: bool = False
     CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, so file permissions apply to it."""
     argv = [sys.executable, "-c", _PLAIN_INGEST, mode, *map(str, roots)]
     if drop_dac:
-        argv = [*NO_DAC, "-c", " ".join(_quote(a) for a in argv)]
+        argv = without_dac(argv)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def without_dac(argv: list[str]) -> list[str]:
+    """``argv`` run through capsh as root without DAC override (file permissions apply)."""
+    return [*NO_DAC, "-c", " ".join(_quote(a) for a in argv)]
 
 
 def _quote(arg: str) -> str:

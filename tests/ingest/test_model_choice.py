@@ -7,7 +7,10 @@ English documents of ``data/sample``); the end-to-end run of the real command is
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from kbsync.settings import DEFAULT_LOCAL_MODEL, Settings
 from kbsync.store import active as pointer
 from kbsync.text.language import sample_language
 from kbtest import SAMPLE, write_tree
+from sec_helpers import needs_capsh, without_dac
 
 ZH_FAQ = (SAMPLE / "zh" / "faq.md").read_text(encoding="utf-8")
 ZH_RUNBOOK = (SAMPLE / "zh" / "ops-runbook.txt").read_bytes()  # GB18030, as shipped
@@ -198,3 +202,28 @@ def test_raw_heads_are_read_only_inside_the_share_and_a_fifo_does_not_block(tmp_
     assert sample.files == 3  # README, docs/guide and the link inside; no link out, no FIFO
     assert sample.cjk_chars == 0 and sample.cjk_share == 0.0
     assert sample_language([outside]).cjk_share > 0.5  # the same files, read in their root
+
+
+_SAMPLE_CHILD = ("import json, sys; from pathlib import Path; "
+                 "from kbsync.text.language import sample_language; "
+                 "s = sample_language([Path(sys.argv[1])]); "
+                 "print(json.dumps([s.files, s.cjk_chars]))")
+
+
+@needs_capsh
+def test_unreadable_files_and_folders_are_left_out_of_the_sample(tmp_path):
+    """As a plain user (root without DAC override): a Chinese file and a folder the user
+    cannot read are skipped, not an error; the sample counts what it could read."""
+    share = tmp_path / "share"
+    _zh_share(share / "locked")
+    write_tree(share, {"README.md": EN_DOC, "zh-secret.md": ZH_FAQ})
+    (share / "zh-secret.md").chmod(0)
+    (share / "locked").chmod(0)
+    try:
+        argv = [sys.executable, "-c", _SAMPLE_CHILD, str(share)]
+        proc = subprocess.run(without_dac(argv), capture_output=True, text=True, timeout=120)
+    finally:
+        (share / "locked").chmod(0o755)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, 0]  # README only
+    assert sample_language([share]).cjk_chars > 0  # root reads them: the check is real
