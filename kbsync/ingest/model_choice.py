@@ -43,6 +43,7 @@ from typing import Sequence
 
 from kbsync.convert import SUPPORTED_EXTENSIONS, convert
 from kbsync.convert.isolate import IsolatedConverter
+from kbsync.convert.safe_read import open_within
 from kbsync.errors import KbsyncError
 from kbsync.catalog.active import aimed_at, build_of
 from kbsync.models import RootSpec
@@ -76,7 +77,7 @@ def choose_model(settings: Settings, roots: Sequence[RootSpec], *,
     if not _chooses(settings) or not roots:
         return settings
     with ExitStack() as stack:
-        sample = sample_language([root.path for root in roots],
+        sample = sample_language([root.path for root in roots], open_file=open_within,
                                  read_other=_converted_reader(settings, roots, stack),
                                  other_suffixes=SUPPORTED_EXTENSIONS - TEXT_SUFFIXES)
     if sample.cjk_share < CJK_SHARE:

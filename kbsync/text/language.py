@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from kbsync.errors import SymlinkOutsideRoot
 from kbsync.text.cjk import count_cjk
 
 TEXT_SUFFIXES = frozenset({".html", ".htm", ".xhtml", ".md", ".markdown", ".txt", ".text",
@@ -62,15 +63,21 @@ class LanguageSample:
 ReadOther = Callable[[Path], "str | None"]
 """Text of a document that is not read raw (a converter), or None when it has none."""
 
+OpenWithin = Callable[[Path, Path], int]
+"""``open_file(path, root)``: a read-only, non-blocking descriptor of ``path`` whose real path
+lies under ``root``, raising ``OSError`` or ``SymlinkOutsideRoot`` otherwise: the run's own safe
+open, :func:`kbsync.convert.safe_read.open_within`, injected (this floor may not import it)."""
 
-def sample_language(roots: Sequence[Path], *, files: int = 64, head_bytes: int = 16384,
-                    read_other: ReadOther | None = None,
+
+def sample_language(roots: Sequence[Path], *, open_file: OpenWithin, files: int = 64,
+                    head_bytes: int = 16384, read_other: ReadOther | None = None,
                     other_suffixes: frozenset[str] = frozenset(),
                     other_files: int = 4) -> LanguageSample:
     """Count CJK characters and Latin-script words in the heads of up to ``files`` text
     files of ``roots``, and of up to ``other_files`` documents ``read_other`` converts
-    (see the module doc). Unreadable files and folders are skipped; so is a document
-    ``read_other`` returns None for."""
+    (see the module doc). Text files are opened with ``open_file``, as the run opens them.
+    Unreadable files and folders are skipped, and so are files that are not regular or that
+    lead out of their root; so is a document ``read_other`` returns None for."""
     text_paths: list[Path] = []
     other_paths: list[Path] = []
     root_of: dict[Path, Path] = {}
@@ -78,7 +85,7 @@ def sample_language(roots: Sequence[Path], *, files: int = 64, head_bytes: int =
         (text_paths if path.suffix.lower() in TEXT_SUFFIXES else other_paths).append(path)
         root_of[path] = root
     raw = _count(_spread(sorted(text_paths), files),
-                 lambda path: _head_text(path, head_bytes, root_of[path]))
+                 lambda path: _head_text(path, head_bytes, root_of[path], open_file))
     if read_other is None or not other_paths:
         return raw
     converted = _count(_spread(sorted(other_paths), other_files),
@@ -140,43 +147,21 @@ def _spread(paths: list[Path], n: int) -> list[Path]:
     return [paths[int(i * step)] for i in range(n)]
 
 
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-               | getattr(os, "O_NOCTTY", 0))
-"""O_NONBLOCK: a FIFO named like a text file is opened without waiting for a writer (a plain
-open blocked the whole ingest on one), then skipped as not a regular file."""
-
-
-def _head_text(path: Path, head_bytes: int, root: Path) -> str | None:
+def _head_text(path: Path, head_bytes: int, root: Path, open_file: OpenWithin) -> str | None:
     """The first ``head_bytes`` of ``path`` as text, markup removed; None if unreadable, not
-    a regular file, or outside ``root`` through a link (the run's reads refuse that file:
-    :mod:`kbsync.convert.safe_read`; the sample must not read it either)."""
+    a regular file (a FIFO named like a text file: a plain blocking open hung the ingest), or
+    outside ``root`` through a link (the run refuses to read that file; so does the sample)."""
     try:
-        descriptor = os.open(path, _OPEN_FLAGS)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(descriptor, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode) or \
-                    not _inside(handle.fileno(), path, root):
+        with os.fdopen(open_file(path, root), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 return None
             raw = handle.read(head_bytes)
-    except OSError:
+    except (OSError, SymlinkOutsideRoot):
         return None
     text = _decode(raw)
     if path.suffix.lower() in {".html", ".htm", ".xhtml", ".xml"}:
         text = _TAG.sub(" ", _SCRIPT.sub(" ", text))
     return text
-
-
-def _inside(descriptor: int, path: Path, root: Path) -> bool:
-    """Whether the open file's real path lies under ``root`` (the kernel's answer where
-    ``/proc`` has it, else the path resolved again)."""
-    try:
-        real = os.readlink(f"/proc/self/fd/{descriptor}")
-    except OSError:
-        real = os.path.realpath(path)
-    base = os.path.realpath(root)
-    return os.path.commonpath([real, base]) == base
 
 
 def _decode(raw: bytes) -> str:

@@ -186,6 +186,7 @@ def _ensemble(e5, minilm, namespace: str, weights: tuple[float, float]):
 
 
 def main() -> None:
+    from kbsync.convert.safe_read import open_within
     from kbsync.text.language import sample_language
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -201,7 +202,8 @@ def main() -> None:
     mixed_zh = _mixed_share(shares, args.work / NAMESPACE["mixed"], args.mixed_zh)
     roots = {"en": [("en", shares / "en")], "zh": [("zh", shares / "zh")],
              "mixed": [("en", shares / "en"), ("zh", mixed_zh)]}
-    sampled = {ns: sample_language([p for _n, p in r]).cjk_share for ns, r in roots.items()}
+    sampled = {ns: sample_language([p for _n, p in r], open_file=open_within).cjk_share
+               for ns, r in roots.items()}
     mixed_pages = {str(p.relative_to(mixed_zh)) for p in mixed_zh.rglob("*") if p.is_file()}
     queries = {"en": _queries("en"), "zh": _queries("zh")}
     queries["mixed-zh"] = [q for q in queries["zh"]

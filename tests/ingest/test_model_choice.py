@@ -20,6 +20,7 @@ from kbsync.ingest.model_choice import CJK_SHARE, MULTILINGUAL_MODEL, choose_mod
 from kbsync.models import RootSpec
 from kbsync.settings import DEFAULT_LOCAL_MODEL, Settings
 from kbsync.store import active as pointer
+from kbsync.convert.safe_read import open_within
 from kbsync.text.language import sample_language
 from kbtest import SAMPLE, write_tree
 from sec_helpers import needs_capsh, without_dac
@@ -37,6 +38,11 @@ def _zh_share(root: Path) -> Path:
     return root
 
 
+def _sample(roots, **options):
+    """The sample as the run takes it: files opened with the run's own safe open."""
+    return sample_language(roots, open_file=open_within, **options)
+
+
 @pytest.fixture
 def make_settings(tmp_path, monkeypatch):
     """Settings of a store under tmp_path with no KBSYNC_* variable but ``values``."""
@@ -50,13 +56,13 @@ def make_settings(tmp_path, monkeypatch):
 
 
 def test_the_sample_counts_cjk_characters_against_latin_words(tmp_path):
-    zh = sample_language([_zh_share(tmp_path / "zh")])
+    zh = _sample([_zh_share(tmp_path / "zh")])
     write_tree(tmp_path / "en", {"a.md": EN_DOC, "b.bin": "\x00" * 10})
-    en = sample_language([tmp_path / "en"])
+    en = _sample([tmp_path / "en"])
     assert zh.files == 3 and zh.cjk_share > 0.8
     assert en.files == 1 and en.cjk_chars == 0 and en.latin_words > 50
-    assert sample_language([tmp_path / "missing"]).cjk_share == 0.0  # nothing read
-    mixed = sample_language([SAMPLE])  # the README's share: Chinese is a minority
+    assert _sample([tmp_path / "missing"]).cjk_share == 0.0  # nothing read
+    mixed = _sample([SAMPLE])  # the README's share: Chinese is a minority
     assert 0 < mixed.cjk_share < CJK_SHARE
 
 
@@ -165,10 +171,10 @@ def test_each_kind_of_file_weighs_by_its_count_in_the_share(tmp_path):
     write_tree(share, {"README.md": EN_DOC, "docs/NOTES.md": EN_DOC})
     for n in range(6):
         _zh_pdf(share / f"zh-{n}.pdf", _zh_lines())
-    raw_only = sample_language([share])
+    raw_only = _sample([share])
     assert raw_only.cjk_share == 0.0 and raw_only.converted == 0
-    sample = sample_language([share], other_suffixes=frozenset({".pdf"}), other_files=2,
-                             read_other=lambda p: convert(p, doc_id="x").markdown)
+    sample = _sample([share], other_suffixes=frozenset({".pdf"}), other_files=2,
+                     read_other=lambda p: convert(p, doc_id="x").markdown)
     assert (sample.files, sample.converted) == (4, 2)
     assert 0.6 < sample.cjk_share < 0.8  # 6/8 of the files, almost all CJK
 
@@ -198,15 +204,16 @@ def test_raw_heads_are_read_only_inside_the_share_and_a_fifo_does_not_block(tmp_
         (share / f"out-{name}").symlink_to(outside / name)
     (share / "inside.md").symlink_to(share / "docs" / "guide.md")
     os.mkfifo(share / "pipe.md")
-    sample = sample_language([share])
+    sample = _sample([share])
     assert sample.files == 3  # README, docs/guide and the link inside; no link out, no FIFO
     assert sample.cjk_chars == 0 and sample.cjk_share == 0.0
-    assert sample_language([outside]).cjk_share > 0.5  # the same files, read in their root
+    assert _sample([outside]).cjk_share > 0.5  # the same files, read in their root
 
 
 _SAMPLE_CHILD = ("import json, sys; from pathlib import Path; "
+                 "from kbsync.convert.safe_read import open_within; "
                  "from kbsync.text.language import sample_language; "
-                 "s = sample_language([Path(sys.argv[1])]); "
+                 "s = sample_language([Path(sys.argv[1])], open_file=open_within); "
                  "print(json.dumps([s.files, s.cjk_chars]))")
 
 
@@ -226,4 +233,4 @@ def test_unreadable_files_and_folders_are_left_out_of_the_sample(tmp_path):
         (share / "locked").chmod(0o755)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [1, 0]  # README only
-    assert sample_language([share]).cjk_chars > 0  # root reads them: the check is real
+    assert _sample([share]).cjk_chars > 0  # root reads them: the check is real
