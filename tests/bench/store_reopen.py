@@ -122,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                                 ("of which first search (s)", "first_search_s", "{:.3f}"),
                                 ("the warm-up itself (s, counted in the reopen)", "warm_s",
                                  "{:.2f}"),
-                                ("major / minor page faults", "major_faults", "{:,.0f}"),
-                                ("", "minor_faults", "{:,.0f}"),
+                                ("major page faults", "major_faults", "{:,.0f}"),
+                                ("minor page faults", "minor_faults", "{:,.0f}"),
                                 ("load average (1 min)", "load", "{:.1f}")):
-            print(_row(label or "minor page faults", runs[warm], key, fmt))
+            print(_row(label, runs[warm], key, fmt))
         print()
     return 0
 

@@ -219,8 +219,8 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
         runtime.close()
 
 
-def test_flag_files_are_read_ahead_before_a_load_and_left_as_they_are(tmp_path: Path,
-                                                                       small_seal: int) -> None:
+def test_the_read_ahead_finds_every_flag_file_and_changes_none(tmp_path: Path,
+                                                              small_seal: int) -> None:
     from kbsync.store.edge_check import warm_flag_files
 
     vectors = _vectors(2500, 16)
