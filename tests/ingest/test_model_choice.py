@@ -23,7 +23,7 @@ from kbsync.store import active as pointer
 from kbsync.convert.safe_read import open_within
 from kbsync.text.language import sample_language
 from kbtest import SAMPLE, write_tree
-from sec_helpers import needs_capsh, without_dac
+from tests.ingest.sec_helpers import needs_capsh, without_dac
 
 ZH_FAQ = (SAMPLE / "zh" / "faq.md").read_text(encoding="utf-8")
 ZH_RUNBOOK = (SAMPLE / "zh" / "ops-runbook.txt").read_bytes()  # GB18030, as shipped
