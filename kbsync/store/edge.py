@@ -6,8 +6,9 @@ one open handle per folder, so an ``EdgeStore`` takes an exclusive lock on
 this process or another) fails at once with ``StoreUnavailable`` instead of
 failing on its first write.
 
-The binding is not documented as thread-safe, and Prefect runs tasks in
-threads sharing one store: every call into a shard holds that shard's lock.
+Prefect runs tasks in threads sharing one store, and the relay serves other processes
+from it. Writes into a shard hold that shard's lock; reads do not wait for them, only
+for a close (:mod:`kbsync.store.shard_gate` says why the engine allows it).
 
 Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
 ``tests/store/test_conformance.py``):
@@ -242,7 +243,7 @@ class EdgeStore(EdgeExtras):
         handle = self._get(name)
         if handle is None:
             return 0
-        with handle.lock, _errors("count", name):
+        with handle.gate.reading(name), _errors("count", name):
             return int(handle.shard.count(qe.CountRequest(exact=True, filter=edge_filter)))
 
     def search(
@@ -268,7 +269,7 @@ class EdgeStore(EdgeExtras):
         request = eq.dense_request(query, limit=limit, edge_filter=edge_filter,
                                    score_threshold=threshold, params=es.search_params(),
                                    with_payload=with_payload)
-        with handle.lock, _errors("search", name):
+        with handle.gate.reading(name), _errors("search", name):
             hits = handle.shard.query(request)
         return eq.to_scored(hits)
 
@@ -290,7 +291,7 @@ class EdgeStore(EdgeExtras):
             return []
         request = eq.sparse_request(query, limit=limit, edge_filter=to_edge_filter(flt),
                                     with_payload=with_payload)
-        with handle.lock, _errors("sparse search", name):
+        with handle.gate.reading(name), _errors("sparse search", name):
             return eq.to_scored(handle.shard.query(request))
 
     def payloads(self, name: str, ids: Sequence[str]) -> dict[str, dict]:
@@ -299,7 +300,7 @@ class EdgeStore(EdgeExtras):
         handle = self._get(name)
         if handle is None or not checked:
             return {}
-        with handle.lock, _errors("retrieve", name):
+        with handle.gate.reading(name), _errors("retrieve", name):
             records = handle.shard.retrieve(list(checked), with_payload=True, with_vector=False)
         return {str(rec.id): rec.payload or {} for rec in records}
 
@@ -344,6 +345,7 @@ class EdgeStore(EdgeExtras):
         for cname, handle in targets:
             try:
                 with handle.lock, _errors("close", cname):
+                    handle.gate.closing()
                     handle.shard.flush()
                     handle.shard.close()
             except KbsyncError as exc:  # close the others, then report the first failure

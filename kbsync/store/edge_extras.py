@@ -87,7 +87,7 @@ class EdgeExtras:
             offset=start, limit=limit, filter=edge_filter,
             with_payload=with_payload, with_vector=[DENSE] if with_vectors else False,
         )
-        with handle.lock, _errors("scroll", name):
+        with handle.gate.reading(name), _errors("scroll", name):
             records, following = handle.shard.scroll(request)
         points = [Point(id=str(rec.id), payload=(rec.payload or {}) if with_payload else {},
                         vector=_vector_of(rec) if with_vectors else None) for rec in records]
@@ -145,6 +145,7 @@ class EdgeExtras:
             handle = self._shards.pop(name, None)
         if handle is not None:
             with handle.lock, _errors("close", name):
+                handle.gate.closing()
                 handle.shard.close()
         if folder.exists():
             shutil.rmtree(folder)

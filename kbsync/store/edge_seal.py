@@ -45,6 +45,7 @@ from kbsync.store import diskspace
 from kbsync.store.edge_check import (is_appendable, require_whole_segments, seal_need,
                                      warm_flag_files)
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
+from kbsync.store.shard_gate import ShardGate
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +165,15 @@ def is_sealed_layout(folder: Path) -> bool:
 
 @dataclass
 class Shard:
-    """An open shard, its dense dimension, whether it has the sparse vector, and the
-    lock serialising calls into it."""
+    """An open shard, its dense dimension, whether it has the sparse vector, the lock
+    serialising its writes (and closing), and the gate its reads pass
+    (:mod:`kbsync.store.shard_gate`: reads run beside writes)."""
 
     shard: Any
     dimension: int
     sparse: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: ShardGate = field(default_factory=ShardGate)
     unflushed: int = 0  # points upserted since the last flush (under ``lock``)
     unsealed: int = 0  # points written to the appendable segment since the last seal
 
