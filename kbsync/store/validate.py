@@ -180,6 +180,8 @@ def check_sparse(sparse: SparseVec, *, what: str) -> SparseVec:
     if len(sparse.indices) != len(sparse.values):
         raise InvalidVector(f"{what}: sparse vector has {len(sparse.indices)} indices but "
                             f"{len(sparse.values)} values")
+    if _is_plain_sparse(sparse):
+        return sparse
     indices = _plain_indices(sparse.indices)
     if indices is None:
         indices = _checked_indices(sparse.indices, what)
@@ -192,6 +194,25 @@ def check_sparse(sparse: SparseVec, *, what: str) -> SparseVec:
     if not np.isfinite(values).all() or np.abs(values).max(initial=0.0) > _F32_MAX:
         raise InvalidVector(f"{what}: sparse values must be finite float32 numbers")
     return SparseVec(indices, values.tolist())
+
+
+def _is_plain_sparse(sparse: SparseVec) -> bool:
+    """Whether ``sparse`` already is what :func:`check_sparse` returns: lists of in-range
+    ``int`` indices without repeats and of finite float32 ``float`` values.
+
+    Then it is returned as it is. ``encode_document`` makes every vector so; at a million
+    chunks copying each one through numpy cost more than the engine's write of it, and
+    the copies' allocations fed the garbage collector. ``type(v) is int`` excludes bools.
+    """
+    indices, values = sparse.indices, sparse.values
+    if type(indices) is not list or type(values) is not list:
+        return False
+    if indices and not (set(map(type, indices)) <= {int} and min(indices) >= 0
+                        and max(indices) <= _SPARSE_INDEX_MAX
+                        and len(set(indices)) == len(indices)):
+        return False
+    return not values or (set(map(type, values)) <= {float} and all(map(math.isfinite, values))
+                          and max(map(abs, values)) <= _F32_MAX)
 
 
 def _plain_indices(indices: Sequence[Any]) -> list[int] | None:
@@ -237,9 +258,18 @@ def _batch_vectors(points: Sequence[Point], ids: list[str], payloads: list[dict[
             ok = np.isfinite(mat).all(axis=1) & (np.abs(mat).max(axis=1, initial=0.0) <= _F32_MAX)
         ok &= mat.any(axis=1) | np.asarray(allow, dtype=bool)
         if ok.all():
-            return mat.tolist()
+            return [_as_plain_row(p.vector, row) for p, row in zip(points, mat)]
     return [check_vector(p.vector, dimension, allow_zero=a, what=f"point {i}")
             for p, i, a in zip(points, ids, allow)]
+
+
+def _as_plain_row(vector: Any, checked: np.ndarray) -> list[float]:
+    """``vector`` itself when it is a list of ``float`` (checked as ``checked``), else a
+    new list of ``checked``'s values (ints, numpy scalars, arrays): no copy of what the
+    embedders already give."""
+    if type(vector) is list and set(map(type, vector)) <= {float}:
+        return vector
+    return checked.tolist()
 
 
 def check_query(vector: Sequence[float], dimension: int) -> list[float]:
