@@ -22,6 +22,7 @@ from kbsync.store.shard_gate import ShardGate
 
 DIM = 32
 NAMESPACES = 4
+TOTAL = 6000  # points the stress test writes
 
 
 def _point(i: int, vector: np.ndarray) -> Point:
@@ -44,12 +45,13 @@ def _reader(store: EdgeStore, stop: threading.Event, errors: list, done: list) -
             flt = Filter.where(namespace=ns)
             hits = store.search("kb", _unit(rng, 1)[0].tolist(), limit=10, flt=flt)
             assert all(h.payload["namespace"] == ns and h.payload["text"] for h in hits)
+            assert len({h.id for h in hits}) == len(hits)  # no point seen in two segments
             sparse = store.sparse_search("kb", SparseVec([calls % 50], [1.0]), limit=5, flt=flt)
             assert all(h.payload["namespace"] == ns for h in sparse)
             ids = [h.id for h in hits[:3]]
             for pid, payload in store.payloads("kb", ids).items():
                 assert payload["text"] == f"chunk {payload['n']}", (pid, payload)
-            assert store.count("kb", flt) >= 0
+            assert 0 <= store.count("kb", flt) <= TOTAL // NAMESPACES
             page = next(iter(store.scroll("kb", flt, page_size=8)), None)
             assert page is None or page.payload["namespace"] == ns
             calls += 1
@@ -62,7 +64,7 @@ def test_reads_beside_upserts_deletes_and_seals_never_fail(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(es, "SEAL_EVERY", 1000)
     rng = np.random.default_rng(3)
-    total, batch = 6000, 500
+    total, batch = TOTAL, 500
     vectors = _unit(rng, total)
     with EdgeStore(tmp_path) as store:
         store.ensure_collection("kb", dimension=DIM, keyword_indexes=("namespace",),
