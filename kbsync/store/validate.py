@@ -197,13 +197,10 @@ def check_sparse(sparse: SparseVec, *, what: str) -> SparseVec:
 
 
 def _is_plain_sparse(sparse: SparseVec) -> bool:
-    """Whether ``sparse`` already is what :func:`check_sparse` returns: lists of in-range
-    ``int`` indices without repeats and of finite float32 ``float`` values.
-
-    Then it is returned as it is. ``encode_document`` makes every vector so; at a million
-    chunks copying each one through numpy cost more than the engine's write of it, and
-    the copies' allocations fed the garbage collector. ``type(v) is int`` excludes bools.
-    """
+    """Whether ``sparse`` already is what :func:`check_sparse` returns (lists of unique
+    in-range ``int`` indices and finite float32 ``float`` values): then it is returned
+    uncopied. ``encode_document`` makes every vector so; copying each through numpy cost
+    more than the engine's write of it. ``type(v) is int`` excludes bools."""
     indices, values = sparse.indices, sparse.values
     if type(indices) is not list or type(values) is not list:
         return False
