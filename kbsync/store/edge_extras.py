@@ -55,7 +55,7 @@ class EdgeExtras:
         self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
         with_vectors: bool = False, page_size: int = 1024,
     ) -> Iterator[Point]:
-        """Iterate over matching points in id order, one locked engine call per page.
+        """Iterate over matching points in id order, one engine call per page.
 
         Points written or deleted while iterating may or may not be seen.
         """
