@@ -2,8 +2,8 @@
 flushing, listing and dropping collections.
 
 Split from ``edge.py`` (which keeps the folder lock, the handles, writes and searches) as a
-base class of :class:`~kbsync.store.edge.EdgeStore`; every call into a shard holds its lock,
-as there.
+base class of :class:`~kbsync.store.edge.EdgeStore`; as there, writes into a shard hold its
+lock and reads pass its gate (:mod:`kbsync.store.shard_gate`).
 """
 
 from __future__ import annotations
