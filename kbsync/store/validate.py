@@ -204,9 +204,7 @@ def _is_plain_sparse(sparse: SparseVec) -> bool:
     indices, values = sparse.indices, sparse.values
     if type(indices) is not list or type(values) is not list:
         return False
-    if indices and not (set(map(type, indices)) <= {int} and min(indices) >= 0
-                        and max(indices) <= _SPARSE_INDEX_MAX
-                        and len(set(indices)) == len(indices)):
+    if not _ints_in_range(indices) or len(set(indices)) != len(indices):
         return False
     return not values or (set(map(type, values)) <= {float} and all(map(math.isfinite, values))
                           and max(map(abs, values)) <= _F32_MAX)
@@ -220,11 +218,13 @@ def _plain_indices(indices: Sequence[Any]) -> list[int] | None:
     engine's own write. ``type(i) is int`` excludes bools (a subclass).
     """
     values = list(indices)
-    if values and not set(map(type, values)) <= {int}:
-        return None
-    if values and (min(values) < 0 or max(values) > _SPARSE_INDEX_MAX):
-        return None
-    return values
+    return values if _ints_in_range(values) else None
+
+
+def _ints_in_range(values: list[Any]) -> bool:
+    """Every one of ``values`` a plain ``int`` (not a bool) in ``[0, 2**32 - 1]``."""
+    return not values or (set(map(type, values)) <= {int} and min(values) >= 0
+                          and max(values) <= _SPARSE_INDEX_MAX)
 
 
 def _checked_indices(raw: Sequence[Any], what: str) -> list[int]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import resource
 import shutil
 import statistics
 import sys
@@ -63,8 +64,6 @@ def _major_faults() -> int:
     Read from the disk, or (holes of new sparse files, as seals write) filled with zeros; a
     search or reopen phase with many ran disk-bound (this VM's DAMON reclaim drops idle
     cache pages)."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
