@@ -19,10 +19,11 @@ one place. Facts about qdrant-edge-py 0.9.0 relied on here (checked by
 The layout: a segment seals when it holds :data:`SEAL_EVERY` points (chosen by
 ``tests/bench/store_bench.py --layouts``; see docs/SCALING.md). Sealed segments keep their
 original vectors and payloads in mapped files (``Memory.Cold``) and int8 scalar-quantized
-vectors in RAM (~1/4 of the float32 size); a dense search scans the quantized vectors and
-rescores the best ``OVERSAMPLING`` x k on the originals (recall@10 against exact >= 0.99).
-Their payload indexes, sparse inverted index and id tracker are mapped files too
-(:data:`INDEX_MEMORY`), so opening a store maps them instead of rebuilding them in RAM.
+vectors (~1/4 of the float32 size) mapped too (:data:`QUANTIZED_MEMORY`); a dense search scans
+the quantized vectors and rescores the best ``OVERSAMPLING`` x k on the originals (recall@10
+against exact >= 0.99). Their payload indexes, sparse inverted index and id tracker are mapped
+files as well (:data:`INDEX_MEMORY`), so opening a store maps them instead of reading or
+rebuilding them in RAM.
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ chunks, docs/SCALING.md); mapped, an open reads a few small files per segment. A
 costs the same either way (the index builds parse every payload: ``seal``)."""
 
 
+QUANTIZED_MEMORY = qe.Memory.Cold
+"""Placement of a sealed segment's int8 vectors: a mapped file, left to the page cache.
+``Memory.Pinned`` (kbsync before) read them all into the heap on every open, 366 MiB at 1M
+chunks of 384 dimensions, and kept them there for good; mapped, an open reads none, a dense
+search reads them through the page cache (it scans them all, so on a machine with the RAM
+they stay cached), and under memory pressure the kernel can drop them instead of the process
+holding them (docs/SCALING.md). A store sealed with another placement keeps it
+(:func:`load_config`)."""
+
+
 def seal_threshold_kb(dimension: int) -> int:
     """The engine's ``indexing_threshold`` and ``max_segment_size`` (KB of dense vectors)."""
     return max(1, SEAL_EVERY * dimension * 4 // 1024)
@@ -91,10 +102,10 @@ def hnsw_config() -> Any:
     return qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
 
 
-def quantization_config() -> Any:
-    """int8 scalar quantization of sealed segments, the quantized vectors kept in RAM."""
+def quantization_config(memory: Any = QUANTIZED_MEMORY) -> Any:
+    """int8 scalar quantization of sealed segments, the quantized vectors placed at ``memory``."""
     return qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=QUANTILE,
-                                       memory=qe.Memory.Pinned)
+                                       memory=memory)
 
 
 def search_params() -> Any:
@@ -103,18 +114,20 @@ def search_params() -> Any:
         rescore=True, oversampling=OVERSAMPLING))
 
 
-def collection_config(dimension: int, *, sparse: bool, placement: Any = INDEX_MEMORY) -> Any:
+def collection_config(dimension: int, *, sparse: bool, placement: Any = INDEX_MEMORY,
+                      quantized: Any = QUANTIZED_MEMORY) -> Any:
     """The ``EdgeConfig`` of a new collection, and the one given when opening a shard
     (what it leaves unset, the engine keeps as the shard has it): original vectors and
-    payloads mapped, sealed segments int8-quantized without a graph, their sparse index and
-    id tracker placed at ``placement`` (``None``: the engine's default, on the heap)."""
+    payloads mapped, sealed segments int8-quantized without a graph (the int8 vectors placed
+    at ``quantized``), their sparse index and id tracker placed at ``placement`` (``None``:
+    the engine's default, on the heap)."""
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine,
                                             memory=qe.Memory.Cold)},
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf,
                                                           memory=placement)}
         if sparse else None,
-        hnsw_config=hnsw_config(), quantization_config=quantization_config(),
+        hnsw_config=hnsw_config(), quantization_config=quantization_config(quantized),
         payload_memory=qe.Memory.Cold, id_tracker_memory=placement,
         optimizers=optimizers_config(dimension),
     )
@@ -123,27 +136,61 @@ def collection_config(dimension: int, *, sparse: bool, placement: Any = INDEX_ME
 def load_config(folder: Path, dimension: int, *, sparse: bool) -> Any:
     """The ``EdgeConfig`` to open the existing shard at ``folder`` with.
 
-    A shard whose sealed segments were built with their indexes on the heap (kbsync before
-    :data:`INDEX_MEMORY`) keeps that placement: given another one, the engine's next
-    ``optimize()`` would rebuild every sealed segment in one call (minutes at 1M chunks,
-    holding the GIL). Such a store works as before; a rebuild (``kbsync rebuild``) maps
-    its indexes. Every other shard gets :data:`INDEX_MEMORY`.
+    A shard with sealed segments keeps the placements they were built with: given another
+    one, the engine's next ``optimize()`` rebuilds every sealed segment in one call (17 s
+    for 200k chunks when only the int8 vectors' placement changed; minutes at 1M, holding
+    the GIL). So a store sealed with its indexes on the heap (kbsync before
+    :data:`INDEX_MEMORY`), or its int8 vectors in RAM (before :data:`QUANTIZED_MEMORY`),
+    works as before; a rebuild (``kbsync rebuild``) gives it today's layout. Every other
+    shard gets today's placements.
     """
     placement: Any = INDEX_MEMORY
-    if has_sealed_segments(folder) and not _persisted_placement_is_ours(folder):
-        placement = None
-        log.info("edge collection at %s keeps its in-RAM indexes (sealed before they were "
-                 "mapped); `kbsync rebuild` maps them", folder)
-    return collection_config(dimension, sparse=sparse, placement=placement)
+    quantized: Any = QUANTIZED_MEMORY
+    if has_sealed_segments(folder):
+        persisted = _persisted_config(folder)
+        if str(persisted.get("id_tracker_memory") or "") != _memory_name(INDEX_MEMORY):
+            placement = None
+            log.info("edge collection at %s keeps its in-RAM indexes (sealed before they were "
+                     "mapped); `kbsync rebuild` maps them", folder)
+        kept = _sealed_quantized_memory(folder)
+        if kept is not None and kept != QUANTIZED_MEMORY:
+            quantized = kept
+            log.info("edge collection at %s keeps its int8 vectors %s (sealed so); `kbsync "
+                     "rebuild` maps them", folder, _memory_name(kept))
+    return collection_config(dimension, sparse=sparse, placement=placement, quantized=quantized)
 
 
-def _persisted_placement_is_ours(folder: Path) -> bool:
+def _memory_name(memory: Any) -> str:
+    """A placement as ``edge_config.json`` spells it: ``Memory.Cold`` -> ``"cold"``."""
+    return str(memory).rsplit(".", 1)[-1].lower()
+
+
+_MEMORY_BY_NAME = {_memory_name(m): m for m in (qe.Memory.Cold, qe.Memory.Cached, qe.Memory.Pinned)}
+
+
+def _sealed_quantized_memory(folder: Path) -> Any:
+    """The placement of the int8 vectors of the shard's sealed segments, as their own
+    ``segment.json`` records it (``edge_config.json`` is rewritten by every load, so it
+    says what the last open asked for, not what the segments hold); ``None`` if unknown."""
+    for segment in sorted((folder / "segments").glob("*/")):
+        if not (segment / "segment.json").is_file() or is_appendable(segment):
+            continue
+        try:
+            config = json.loads((segment / "segment.json").read_text(encoding="utf-8"))
+            scalar = config["config"]["vector_data"][DENSE]["quantization_config"]["scalar"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return _MEMORY_BY_NAME.get(str(scalar.get("memory") or "").lower())
+    return None
+
+
+def _persisted_config(folder: Path) -> dict:
+    """The shard's ``edge_config.json``; ``{}`` when it cannot be read."""
     try:
         config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    ours = str(INDEX_MEMORY).rsplit(".", 1)[-1].lower()  # "Memory.Cold" -> "cold", as persisted
-    return str(config.get("id_tracker_memory") or "") == ours
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def has_sealed_segments(folder: Path) -> bool:
@@ -155,10 +202,7 @@ def has_sealed_segments(folder: Path) -> bool:
 def is_sealed_layout(folder: Path) -> bool:
     """Whether the persisted config of the shard at ``folder`` has the sealed layout
     (``False`` for a shard made before issue 23, or an unreadable config)."""
-    try:
-        config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    config = _persisted_config(folder)
     quant = (config.get("quantization_config") or {}).get("scalar") or {}
     return (config.get("hnsw_config") or {}).get("m") == 0 and quant.get("type") == "int8"
 

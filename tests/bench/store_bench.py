@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout-names", default="appendable,m0,m0_int8,m0_int8_end,hnsw16")
     parser.add_argument("--seal-every", type=int, default=50_000,
                         help="points per sealed segment in the layouts compared")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="with --scale: build the store in this new folder and keep it "
+                             "(reopen it with store_reopen.py --keep DIR)")
     parser.add_argument("--one", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:  # child process: one case, JSON on stdout
@@ -208,12 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.one[0] == "scale":
             from store_scale import run_scale
 
-            print(json.dumps(run_scale(int(args.one[1]), args.queries)))
+            print(json.dumps(run_scale(int(args.one[1]), args.queries, keep=args.keep)))
         else:
             print(json.dumps(run_case(args.one[0], int(args.one[1]))))
         return 0
     if args.scale:
-        return _scale(args.scale, args.queries)
+        return _scale(args.scale, args.queries, args.keep)
     if args.layouts:
         return _layouts(args.layouts, args.layout_names.split(","), args.queries,
                         args.seal_every)
@@ -264,13 +267,13 @@ def _layouts(size: int, layouts: list[str], queries: int, seal_every: int) -> in
     return 0
 
 
-def _scale(size: int, queries: int) -> int:
+def _scale(size: int, queries: int, keep: Path | None = None) -> int:
     """The scale case in a child process (so its peak RSS is the store's alone)."""
     from store_scale import print_scale
 
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--one", "scale", str(size),
-                           "--queries", str(queries)],
+                           "--queries", str(queries)] + (["--keep", str(keep)] if keep else []),
                           stdout=subprocess.PIPE, text=True, check=False)  # progress: stderr
     if proc.returncode != 0:
         print(f"scale case failed rc={proc.returncode}", file=sys.stderr)

@@ -208,15 +208,20 @@ def _load(store, size: int, pool, log) -> dict:
             "upsert_min_window_pts_s": min(n / s for n, (_, s) in zip(sizes, windows) if s)}
 
 
-def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.stderr)) -> dict:
-    """Load ``size`` points with a reader thread running, then measure; see module doc."""
+def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.stderr),
+              keep: Path | None = None) -> dict:
+    """Load ``size`` points with a reader thread running, then measure; see module doc.
+    ``keep``: build the store in this new folder and leave it there (for ``store_reopen.py
+    --keep``, which reopens it in fresh processes); otherwise a temporary folder, removed."""
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
     from kbsync.store.edge import EdgeStore
 
     words, weights = sb._vocabulary(random.Random(42))
     queries = _Queries(n_queries, words)
     pool = text_pool(random.Random(42), words, weights)
-    workdir = Path(tempfile.mkdtemp(prefix="kbsync-scale-bench-"))
+    if keep is not None:
+        keep.mkdir(parents=True)  # a new folder: never load into (or remove) an existing one
+    workdir = keep or Path(tempfile.mkdtemp(prefix="kbsync-scale-bench-"))
     row: dict = {"kind": "edge", "size": size}
     t_case = time.perf_counter()
     try:
@@ -273,7 +278,8 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
         row["rss_now_mb"], row["rss_peak_mb"] = _rss_mb()
         row["disk_mb"] = _dir_mb(workdir)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     row["case_s"] = time.perf_counter() - t_case
     return row
 

@@ -1,9 +1,11 @@
-"""Sealed segments map their indexes (``edge_seal.INDEX_MEMORY``, issue 23).
+"""Sealed segments map their indexes and int8 vectors (``edge_seal.INDEX_MEMORY``,
+``edge_seal.QUANTIZED_MEMORY``; issue 23).
 
-A new collection's sealed segments keep their payload indexes, sparse inverted index and id
-tracker in mapped files, so opening the store maps them instead of rebuilding them in RAM. A
-store whose sealed segments were built with those indexes on the heap (kbsync before this)
-opens with its placement kept: no point lost, and no sealed segment rebuilt behind its back.
+A new collection's sealed segments keep their payload indexes, sparse inverted index, id
+tracker and int8 vectors in mapped files, so opening the store maps them instead of rebuilding
+or reading them into RAM. A store whose sealed segments were built with those indexes on the
+heap, or with their int8 vectors in RAM (kbsync before each), opens with its placement kept: no
+point lost, and no sealed segment rebuilt behind its back.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ def _sealed(folder: Path) -> list[Path]:
             if (s / "segment.json").is_file() and not edge_check.is_appendable(s)]
 
 
+def _quantized_memory(segment: Path) -> str:
+    config = json.loads((segment / "segment.json").read_text())["config"]
+    return config["vector_data"][DENSE]["quantization_config"]["scalar"]["memory"]
+
+
 def _placement(segment: Path) -> tuple[str, str | None, set[str]]:
     """(sparse index type, id tracker memory, payload index memories) of a sealed segment."""
     config = json.loads((segment / "segment.json").read_text())["config"]
@@ -71,6 +78,7 @@ def test_a_new_collection_seals_segments_with_mapped_indexes(tmp_path: Path,
     assert len(sealed) >= 2
     for segment in sealed:
         assert _placement(segment) == ("Mmap", "cold", {"cold"})
+        assert _quantized_memory(segment) == "cold"
     with EdgeStore(tmp_path) as store:  # reopened: mapped, the same points and answers
         assert store.count("kb") == 2500
         assert store.count("kb", Filter.where(namespace="ns-1", doc_id="d1")) == 2  # 5, 9
@@ -135,6 +143,46 @@ def test_a_small_store_of_the_older_layout_without_sealed_segments_gets_mapped_i
         assert store.count("kb") == 1500
     sealed = _sealed(tmp_path / "kb")
     assert sealed and all(_placement(s)[:2] == ("Mmap", "cold") for s in sealed)
+
+
+def _pinned_int8_shard(folder: Path, vectors: np.ndarray) -> None:
+    """A shard sealed as kbsync sealed it before its int8 vectors were mapped."""
+    old = es.collection_config(DIM, sparse=True, quantized=qe.Memory.Pinned)
+    shard = qe.EdgeShard.create(str(folder), old)
+    shard.update(qe.UpdateOperation.create_field_index(
+        "namespace", qe.KeywordIndexParams(is_tenant=True, memory=es.INDEX_MEMORY)))
+    shard.update(qe.UpdateOperation.upsert_points(
+        [qe.Point(p.id, {DENSE: p.vector, SPARSE: qe.SparseVector(p.sparse.indices,
+                                                                   p.sparse.values)},
+                  p.payload) for p in _points(vectors)]))
+    shard.flush()
+    shard.optimize()
+    shard.close()
+
+
+def test_a_store_sealed_with_int8_vectors_in_ram_keeps_them_and_loses_no_point(
+        tmp_path: Path, small_seal: int) -> None:
+    """Given the mapped placement, the engine's next seal would rebuild every old sealed
+    segment in one call; the store keeps RAM instead, and every later seal follows it."""
+    vectors = _vectors(3000)
+    _pinned_int8_shard(tmp_path / "kb", vectors[:1500])
+    old_sealed = {s.name for s in _sealed(tmp_path / "kb")}
+    assert old_sealed and all(_quantized_memory(tmp_path / "kb" / "segments" / name)
+                              == "pinned" for name in old_sealed)
+    with EdgeStore(tmp_path) as store:
+        assert store.count("kb") == 1500
+        store.ensure_collection("kb", dimension=DIM, keyword_indexes=("namespace",),
+                                sparse=True)
+        store.upsert("kb", _points(vectors[1500:], start=1500))  # seals again
+        assert store.count("kb") == 3000
+        top = store.search("kb", vectors[42].tolist(), limit=1)
+        assert top[0].id == _points(vectors[42:43], 42)[0].id
+    sealed = {s.name for s in _sealed(tmp_path / "kb")}
+    assert old_sealed < sealed  # the old sealed segments were not rebuilt
+    assert {_quantized_memory(tmp_path / "kb" / "segments" / name) for name in sealed} == {
+        "pinned"}
+    with EdgeStore(tmp_path) as store:
+        assert store.count("kb") == 3000
 
 
 def test_a_sealed_segment_with_its_deleted_flags_cut_short_is_named_before_the_engine_panics(
