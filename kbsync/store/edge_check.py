@@ -1,5 +1,5 @@
 """Checks of a sealed segment's files before the engine maps them, and the page-cache
-warm-up of its flag files (:func:`warm_flag_files`).
+warm-up of its flag files and int8 vectors (:func:`warm_mapped_files`).
 
 A sealed segment's vectors are memory-mapped: a file cut short on disk (a copy that
 stopped, a full disk, a bad restore) would make the first search that reads past its
@@ -116,25 +116,35 @@ _WARM_CHUNK = 1 << 20
 _WARM_THREADS = 2
 
 
-def warm_flag_files(folder: Path) -> tuple[int, float]:
-    """Read ahead every segment's bit-flag files (``flags_a.dat``) before the engine loads
-    the shard at ``folder``; returns ``(files, seconds)``. Changes nothing on disk.
+def warm_mapped_files(folder: Path) -> tuple[int, float]:
+    """Read ahead every segment's bit-flag files (``flags_a.dat``) and every sealed
+    segment's int8 vectors (``quantized.data``) before the engine loads the shard at
+    ``folder``; returns ``(files, seconds)``. Changes nothing on disk.
 
-    Why: qdrant-edge-py 0.9.0 keeps each flag set (the null and bool payload indexes,
-    deleted vectors: ~19 per sealed segment of kbsync's chunk layout) in a 1 MiB file,
-    however few points the segment holds, and on load walks every bit of it with readahead
-    off (``MADV_RANDOM``); a load also drops the shard's files from the page cache
+    Why the flag files: qdrant-edge-py 0.9.0 keeps each flag set (the null and bool payload
+    indexes, deleted vectors: ~19 per sealed segment of kbsync's chunk layout) in a 1 MiB
+    file, however few points the segment holds, and on load walks every bit of it with
+    readahead off (``MADV_RANDOM``); a load also drops the shard's files from the page cache
     (``POSIX_FADV_DONTNEED``), so each open found them gone: one major page fault per 4 KiB,
-    256 per file. At 1M chunks (50 segments) that was 231k faults.
-    Read ahead here (``POSIX_FADV_WILLNEED``, or plain reads where the platform has no
-    ``posix_fadvise``; two threads, which release the GIL), the pages are in the cache when
-    the engine walks them: 5.5k faults (``tests/bench/store_reopen.py`` has the times). The
-    files are sparse, so this is mostly holes, no disk I/O.
+    256 per file. At 1M chunks (50 segments) that was 231k faults. Read ahead here, the
+    pages are in the cache when the engine walks them: 5.5k faults
+    (``tests/bench/store_reopen.py`` has the times). The files are sparse, so this is mostly
+    holes, no disk I/O.
 
-    A file that cannot be read is left to the engine's load, which reports it.
+    Why the int8 vectors: they are mapped (``edge_seal.QUANTIZED_MEMORY``) and read with
+    readahead off too, so the first search that scans them after an open faulted them in
+    one 4 KiB page at a time: 93k major faults and 2.5-2.9 s at 1M chunks. Asked for here,
+    the kernel reads them in large sequential requests while the engine loads (the request
+    returns at once), and a search finds them cached.
+
+    How: ``POSIX_FADV_WILLNEED``, or plain reads where the platform has no
+    ``posix_fadvise``; two threads, which release the GIL. A file that cannot be read is
+    left to the engine's load, which reports it.
     """
     started = time.perf_counter()
-    files = sorted((folder / "segments").glob("*/**/flags_a.dat"))
+    segments = folder / "segments"
+    files = sorted(segments.glob("*/**/flags_a.dat")) + sorted(
+        segments.glob("*/vector_storage-*/quantized.data"))
 
     def read(path: Path) -> None:
         try:

@@ -44,7 +44,7 @@ from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
 from kbsync.store import diskspace
 from kbsync.store.edge_check import (is_appendable, require_whole_segments, seal_need,
-                                     warm_flag_files)
+                                     warm_mapped_files)
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
 from kbsync.store.shard_gate import ShardGate
 
@@ -328,8 +328,8 @@ def load_shard(folder: Path, name: str, config: Any) -> Any:
     """
     drop_half_built(folder, name)
     require_whole_segments(folder, name)  # a short mapped file would SIGBUS a search
-    files, seconds = warm_flag_files(folder)
-    log.debug("edge collection %s: warmed %d flag files in %.2f s", name, files, seconds)
+    files, seconds = warm_mapped_files(folder)
+    log.debug("edge collection %s: read ahead %d mapped files in %.2f s", name, files, seconds)
     try:
         with _errors("load", name):
             return qe.EdgeShard.load(str(folder), config)

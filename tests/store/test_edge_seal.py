@@ -219,9 +219,9 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
         runtime.close()
 
 
-def test_the_read_ahead_finds_every_flag_file_and_changes_none(tmp_path: Path,
-                                                              small_seal: int) -> None:
-    from kbsync.store.edge_check import warm_flag_files
+def test_the_read_ahead_finds_every_flag_file_and_int8_vector_file_and_changes_none(
+        tmp_path: Path, small_seal: int) -> None:
+    from kbsync.store.edge_check import warm_mapped_files
 
     vectors = _vectors(2500, 16)
     with EdgeStore(tmp_path) as store:
@@ -229,11 +229,14 @@ def test_the_read_ahead_finds_every_flag_file_and_changes_none(tmp_path: Path,
         store.upsert("kb", _points(vectors))
     flags = sorted((tmp_path / "kb" / "segments").glob("*/**/flags_a.dat"))
     assert len(flags) >= 2 * 3  # every segment has a deleted-vector set and a null index
-    before = {p: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in flags}
-    files, seconds = warm_flag_files(tmp_path / "kb")
-    assert files == len(flags) and seconds >= 0
-    assert {p: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in flags} == before
-    assert warm_flag_files(tmp_path / "missing") == (0, pytest.approx(0, abs=1))
+    int8 = sorted((tmp_path / "kb" / "segments").glob("*/vector_storage-*/quantized.data"))
+    assert len(int8) == 2  # one per sealed segment
+    read = flags + int8
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in read}
+    files, seconds = warm_mapped_files(tmp_path / "kb")
+    assert files == len(read) and seconds >= 0
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in read} == before
+    assert warm_mapped_files(tmp_path / "missing") == (0, pytest.approx(0, abs=1))
     with EdgeStore(tmp_path) as store:  # the load that warms first answers as before
         assert store.count("kb") == 2500
         assert store.search("kb", vectors[9].tolist(), limit=1)[0].id == _points(vectors)[9].id
