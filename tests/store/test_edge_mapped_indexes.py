@@ -94,11 +94,17 @@ def _heap_indexed_shard(folder: Path, vectors: np.ndarray) -> None:
         vectors={DENSE: qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine,
                                             memory=qe.Memory.Cold)},
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        hnsw_config=es.hnsw_config(), quantization_config=es.quantization_config(),
+        hnsw_config=es.hnsw_config(),
+        quantization_config=es.quantization_config(qe.Memory.Pinned),
         payload_memory=qe.Memory.Cold, optimizers=es.optimizers_config(DIM))
-    shard = qe.EdgeShard.create(str(folder), old)
-    shard.update(qe.UpdateOperation.create_field_index(
-        "namespace", qe.KeywordIndexParams(is_tenant=True)))
+    _sealed_shard(folder, old, qe.KeywordIndexParams(is_tenant=True), vectors)
+
+
+def _sealed_shard(folder: Path, config: qe.EdgeConfig, namespace_index: qe.KeywordIndexParams,
+                  vectors: np.ndarray) -> None:
+    """A shard made with ``config`` outside kbsync, its ``vectors`` written and sealed."""
+    shard = qe.EdgeShard.create(str(folder), config)
+    shard.update(qe.UpdateOperation.create_field_index("namespace", namespace_index))
     shard.update(qe.UpdateOperation.upsert_points(
         [qe.Point(p.id, {DENSE: p.vector, SPARSE: qe.SparseVector(p.sparse.indices,
                                                                    p.sparse.values)},
@@ -148,16 +154,8 @@ def test_a_small_store_of_the_older_layout_without_sealed_segments_gets_mapped_i
 def _pinned_int8_shard(folder: Path, vectors: np.ndarray) -> None:
     """A shard sealed as kbsync sealed it before its int8 vectors were mapped."""
     old = es.collection_config(DIM, sparse=True, quantized=qe.Memory.Pinned)
-    shard = qe.EdgeShard.create(str(folder), old)
-    shard.update(qe.UpdateOperation.create_field_index(
-        "namespace", qe.KeywordIndexParams(is_tenant=True, memory=es.INDEX_MEMORY)))
-    shard.update(qe.UpdateOperation.upsert_points(
-        [qe.Point(p.id, {DENSE: p.vector, SPARSE: qe.SparseVector(p.sparse.indices,
-                                                                   p.sparse.values)},
-                  p.payload) for p in _points(vectors)]))
-    shard.flush()
-    shard.optimize()
-    shard.close()
+    _sealed_shard(folder, old, qe.KeywordIndexParams(is_tenant=True, memory=es.INDEX_MEMORY),
+                  vectors)
 
 
 def test_a_store_sealed_with_int8_vectors_in_ram_keeps_them_and_loses_no_point(
