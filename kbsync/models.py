@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -85,7 +86,7 @@ class RootSpec:
         object.__setattr__(self, "name", display_text(self.name))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a plan holds one per file (100k+ at scale)
 class SourceFile:
     """A file found under a root. ``doc_id`` is ``root name / relative POSIX path``."""
 
@@ -150,7 +151,7 @@ class Chunk:
     token_count: int = 0
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a plan holds one per recorded document (100k+ at scale)
 class DocState:
     """What the store knows about one document of one namespace."""
 
@@ -183,7 +184,14 @@ class DocState:
         names = cls.__dataclass_fields__.keys()
         data = {k: payload[k] for k in names if k in payload}
         data["status"] = DocStatus(data.get("status", DocStatus.OK.value))
+        for name in _SHARED_FIELDS:  # one string per value, not one per record (a plan
+            if isinstance(data.get(name), str):  # loads every record of a root at once)
+                data[name] = sys.intern(data[name])
         return cls(**data)
+
+
+_SHARED_FIELDS = ("namespace", "root", "fingerprint", "run_id")
+"""DocState fields whose values most records share: interned on load."""
 
 
 @dataclass(frozen=True)

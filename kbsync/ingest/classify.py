@@ -7,7 +7,7 @@ size and mtime (no hashing) or, failing that, the same content hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Mapping, Sequence
 
 from kbsync.catalog.state import OCR_OFF, REPAIR_FINGERPRINT, expected_fingerprint
@@ -16,7 +16,7 @@ from kbsync.ingest.discover import hash_file
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
 
 
-@dataclass
+@dataclass(slots=True)  # one per file of a root's plan
 class PlanItem:
     """One file and what to do with it."""
 
@@ -129,4 +129,4 @@ def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
 
 
 def _with_hash(source: SourceFile, content_hash: str) -> SourceFile:
-    return SourceFile(**{**source.__dict__, "content_hash": content_hash})
+    return replace(source, content_hash=content_hash)

@@ -14,6 +14,7 @@ and (a failed file keeps its previous version, searchable)
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from kbsync.catalog.schema import PreparedDoc, build_points, stored_indexed_text
@@ -100,8 +101,7 @@ def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
     updated = []
     for source, state in zip(sources, previous, strict=True):
         if (state.size, state.mtime_ns) != (source.size, source.mtime_ns):
-            updated.append(DocState(**{**state.__dict__, "size": source.size,
-                                       "mtime_ns": source.mtime_ns}))
+            updated.append(replace(state, size=source.size, mtime_ns=source.mtime_ns))
     states.commit(updated)
 
 
@@ -134,7 +134,7 @@ def heal_document(
     if healed:
         store.upsert(collection, healed)
     status = DocStatus.PARTIAL if len(healed) < len(flagged) else DocStatus.OK
-    state = DocState(**{**previous.__dict__, "status": status, "updated_at": utc_now(),
-                        "run_id": run_id, "size": source.size, "mtime_ns": source.mtime_ns})
+    state = replace(previous, status=status, updated_at=utc_now(), run_id=run_id,
+                    size=source.size, mtime_ns=source.mtime_ns)
     states.commit([state])
     return state, outcome

@@ -29,7 +29,7 @@ root being removed are removed, never rebuilt from their files.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -171,7 +171,7 @@ def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport
 
 def _mark(runtime: RunContext, states: Iterable[DocState], result: RepairResult) -> None:
     """Give each record the repair fingerprint (its points are left as they are)."""
-    marked = [DocState(**{**s.__dict__, "fingerprint": REPAIR_FINGERPRINT}) for s in states]
+    marked = [replace(s, fingerprint=REPAIR_FINGERPRINT) for s in states]
     runtime.states.commit(marked)
     result.marked += len(marked)
 

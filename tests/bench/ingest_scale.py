@@ -6,6 +6,11 @@ samples that one every 0.5 s with psutil: the flow process's RSS, and the summed
 RSS of its descendants that are not the Prefect server (the conversion workers
 and their forkserver). The flow's peak is its own ``ru_maxrss`` (exact); the
 workers' peak is the largest sampled sum (a sample can miss a short spike).
+
+RSS counts the pages of mapped files the process touched (the store's vectors, payloads
+and indexes, which the kernel may drop when it needs the RAM) beside the process's own
+memory. So the flow's RSS is also sampled split in two: anonymous (its own: RSS less the
+file-backed and shared pages) and file-backed, each with its largest sample.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ def _sampled_run(share: Path, env: dict) -> dict:
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     nprocs: list[int] = []
-    samples = _sample(proc, nprocs)
+    split: list[tuple[float, float]] = []
+    samples = _sample(proc, nprocs, split)
     reader.join()
     if proc.wait():
         raise SystemExit(f"flow run over {share} exited {proc.returncode}")
@@ -61,17 +67,23 @@ def _sampled_run(share: Path, env: dict) -> dict:
     result["quarters_mb"] = _quarters(samples, starts[0], starts[1])
     result["noop_max_mb"] = max((f for t, f, _ in samples if t >= starts[1]), default=0.0)
     result["procs"] = max((n for n in nprocs), default=0)
+    result["anon_mb"] = max((a for a, _ in split), default=0.0)
+    result["file_mb"] = max((f for _, f in split), default=0.0)
     return result
 
 
-def _sample(proc: subprocess.Popen, nprocs: list[int]) -> list[tuple[float, float, float]]:
+def _sample(proc: subprocess.Popen, nprocs: list[int],
+            split: list[tuple[float, float]]) -> list[tuple[float, float, float]]:
     """(time, flow RSS MB, workers' RSS MB) every 0.5 s until ``proc`` ends; the number
-    of worker processes of each sample goes to ``nprocs``."""
+    of worker processes of each sample goes to ``nprocs``, the flow's RSS as (anonymous,
+    file-backed) MB to ``split``."""
     samples = []
     try:
         me = psutil.Process(proc.pid)
         while proc.poll() is None:
-            flow, workers, count = me.memory_info().rss, 0, 0
+            info = me.memory_info()  # Linux: ``shared`` is RssFile + RssShmem
+            flow, workers, count = info.rss, 0, 0
+            split.append(((info.rss - info.shared) / 2**20, info.shared / 2**20))
             for child in me.children(recursive=True):
                 try:
                     if not _is_server(child):
@@ -113,7 +125,8 @@ def _print_row(size: int, row: dict) -> None:
     print(f"{size:>7} files: first {first['wall']:.1f} s ({s['files_seen'] / first['wall']:.1f} "
           f"files/s, {s['chunks_kept']} chunks, {s['failed']} failed), no-op {noop['wall']:.2f} s; "
           f"peak RSS flow {row['rss_mb']:.0f} MB (by the end of the first ingest "
-          f"{first['peak_mb']:.0f}; sampled in the no-op {row['noop_max_mb']:.0f}), workers "
+          f"{first['peak_mb']:.0f}; sampled in the no-op {row['noop_max_mb']:.0f}; sampled "
+          f"peaks anonymous {row['anon_mb']:.0f} and file-backed {row['file_mb']:.0f}), workers "
           f"{row['workers_mb']:.0f} MB (summed RSS of up to {row['procs']} processes); flow RSS "
           f"at 1/4..4/4 of the first ingest {quarters} MB", flush=True)
 
@@ -127,6 +140,10 @@ def _print_targets(sizes: list[int], rows: dict) -> None:
               f"{f'<= {RSS_RATIO_TARGET}':>10}")
         first = rows[big]["first"]["peak_mb"] / rows[small]["first"]["peak_mb"]
         print(f"{'  the same, first ingest only':<44} {first:>10.2f} {'-':>10}")
+        for part in ("anon", "file"):
+            ratio = rows[big][f"{part}_mb"] / max(rows[small][f"{part}_mb"], 1.0)
+            name = "anonymous" if part == "anon" else "file-backed"
+            print(f"{f'  sampled peak, {name} only':<44} {ratio:>10.2f} {'-':>10}")
         wratio = rows[big]["workers_mb"] / max(rows[small]["workers_mb"], 1.0)
         print(f"{f'peak RSS workers {big} / {small} files':<44} {wratio:>10.2f} {'-':>10}")
     print(f"{f'no-op re-run, {big} files (s)':<44} {rows[big]['noop']['wall']:>10.2f} "

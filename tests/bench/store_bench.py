@@ -18,6 +18,8 @@ sqlite; 100k takes many minutes), and the table says so.
 runs the scale case instead (``store_scale.py``): the chunk collection layout with
 sparse vectors, a reader thread searching during the load, dense and hybrid
 filtered search, reopen and peak RSS, printed beside issue 15's targets.
+``--memory-cap MIB`` runs it in a memory cgroup of MIB (``memory_cap.py``): whether
+the million-chunk store fits the cap, and what the cap costs.
 
     python tests/bench/store_bench.py --layouts 100000 [--seal-every 50000]
 
@@ -200,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="with --scale: build the store in this new folder and keep it "
                              "(reopen it with store_reopen.py --keep DIR)")
+    parser.add_argument("--memory-cap", type=int, metavar="MIB",
+                        help="with --scale: run the case in a memory cgroup of MIB (root; "
+                             "see memory_cap.py) and print what it was charged")
     parser.add_argument("--one", nargs=2, metavar=("KIND", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:  # child process: one case, JSON on stdout
@@ -216,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(run_case(args.one[0], int(args.one[1]))))
         return 0
     if args.scale:
-        return _scale(args.scale, args.queries, args.keep)
+        return _scale(args.scale, args.queries, args.keep, args.memory_cap)
     if args.layouts:
         return _layouts(args.layouts, args.layout_names.split(","), args.queries,
                         args.seal_every)
@@ -267,14 +272,23 @@ def _layouts(size: int, layouts: list[str], queries: int, seal_every: int) -> in
     return 0
 
 
-def _scale(size: int, queries: int, keep: Path | None = None) -> int:
-    """The scale case in a child process (so its peak RSS is the store's alone)."""
+def _scale(size: int, queries: int, keep: Path | None = None, cap_mib: int | None = None) -> int:
+    """The scale case in a child process (so its peak RSS is the store's alone), in a
+    memory cgroup of ``cap_mib`` when given."""
+    from memory_cap import run_capped
     from store_scale import print_scale
 
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--one", "scale", str(size),
-                           "--queries", str(queries)] + (["--keep", str(keep)] if keep else []),
-                          stdout=subprocess.PIPE, text=True, check=False)  # progress: stderr
+    cmd = [sys.executable, __file__, "--one", "scale", str(size), "--queries", str(queries)]
+    cmd += ["--keep", str(keep)] if keep else []
+    options = {"stdout": subprocess.PIPE, "text": True, "check": False}  # progress: stderr
+    if cap_mib:
+        proc, cap = run_capped(cmd, cap_mib, **options)
+        print(f"memory cap {cap['cap_mib']:,} MiB: the cgroup's peak charge "
+              f"{cap['cgroup_peak_mib']:,} MiB (anonymous and page cache), "
+              f"{cap['oom_kills']} processes killed for memory", file=sys.stderr)
+    else:
+        proc = subprocess.run(cmd, **options)
     if proc.returncode != 0:
         print(f"scale case failed rc={proc.returncode}", file=sys.stderr)
         return proc.returncode

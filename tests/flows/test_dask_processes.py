@@ -33,7 +33,7 @@ def _index(namespace: str) -> tuple[dict, dict]:
     try:
         points = {p.id: (p.payload, p.vector, p.sparse)
                   for p in runtime.store.scroll(runtime.collection, with_vectors=True)}
-        states = {doc_id: {k: v for k, v in state.__dict__.items() if k not in _RUN_FIELDS}
+        states = {doc_id: {k: v for k, v in state.to_payload().items() if k not in _RUN_FIELDS}
                   for doc_id, state in runtime.states.load(namespace).items()}
     finally:
         runtime.close()
