@@ -29,7 +29,11 @@ class DeleteGuard:
 class RootPlan:
     """A root's discovery, its plan, and the documents the run deletes (``to_delete``:
     in full mode those whose file is gone; in any mode those reached through a link that
-    now leads out of the root, :func:`_deletable`)."""
+    now leads out of the root, :func:`_deletable`).
+
+    ``discovery.files`` is emptied once the plan is made (:func:`plan_root`): every file
+    is then in ``plan`` (with its hash) or in ``plan.failures``, and the run holds one
+    record a file, not two. ``discovery.ignored`` and ``problems`` stay."""
 
     root: RootSpec
     discovery: Discovery
@@ -76,6 +80,7 @@ def plan_root(
     if not found.files and not found.ignored:
         result.warnings.append(f"root {root.name} ({display_path(root.path)}) holds no files")
     result.to_delete = _deletable(result, guard, len(states), mode)
+    found.files = []  # the plan holds them now, hashed: a root's run keeps one copy, not two
     return result
 
 
