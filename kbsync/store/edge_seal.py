@@ -43,6 +43,7 @@ from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
 from kbsync.store import diskspace
+from kbsync.store.heap import release_free_heap
 from kbsync.store.edge_check import (is_appendable, require_whole_segments, seal_need,
                                      warm_mapped_files)
 from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
@@ -248,6 +249,7 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
         handle.unflushed = 0
         handle.shard.optimize()
         handle.unsealed = unsealed_points(handle.shard)
+    release_free_heap()  # what the seal built on the heap is in mapped files now
     took = time.perf_counter() - started
     # CPU beside wall time: on a shared machine the wall time is mostly waiting for a core.
     # This thread's CPU: the engine seals on the calling thread (its thread and process CPU
