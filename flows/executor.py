@@ -100,6 +100,7 @@ class PrefectExecutor:
     def __init__(self, settings: Settings, run_tags: tuple[str, ...] = (), *,
                  chooses_model: bool = False) -> None:
         self.run_tags = (*type(self).run_tags, *run_tags)
+        self._progress: dict[str, Any] = {}  # a root's progress artifact, by root name
         self._chooses = chooses_model
         self._target(settings)
 
@@ -202,8 +203,11 @@ class PrefectExecutor:
 
     def progress(self, root: str, total: int) -> Callable[[int], None]:
         """A Prefect progress artifact for the root's batches, updated at each tenth and at
-        the end (an update per batch cost an API call per batch)."""
-        artifact = start_progress(root)
+        the end (an update per batch cost an API call per batch). One artifact a root: a
+        root planned in slices calls this once a slice, with the batches planned so far."""
+        if root not in self._progress:
+            self._progress[root] = start_progress(root)
+        artifact = self._progress[root]
         step = max(1, total // 10)
 
         def report(done: int) -> None:

@@ -117,6 +117,10 @@ class Settings(BaseSettings):
         True, description="Embed and BM25-encode each chunk with its document title and "
         "heading path in front (the stored text stays the chunk's own).")
     files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
+    plan_slice_files: int = Field(
+        5_000, ge=1, description="Files of a root planned at a time: a root is planned and "
+        "processed in slices of this many files in doc_id order, so the plan of a large "
+        "share does not grow with it (8 bytes a file are kept across slices).")
     task_runner: Literal["threads", "dask"] = Field(
         "threads", description="How batches run in parallel: threads, or a Dask cluster.")
     task_workers: int = Field(3, ge=1, le=256, description="Parallel batches (threads/workers).")

@@ -60,7 +60,8 @@ def start_progress(root_name: str) -> UUID | None:
     # Prefect's async_dispatch types the result "UUID | Coroutine": called from sync code,
     # as here, it runs the sync implementation, which returns the UUID.
     return cast(UUID, create_progress_artifact(progress=0.0,
-                                               description=f"batches done for {root_name}"))
+                                               description=f"batches done for {root_name} "
+                                               "(of those planned so far)"))
 
 
 def report_progress(artifact_id: UUID | None, done: int, total: int) -> None:

@@ -104,10 +104,12 @@ def seal_store(settings: Settings) -> dict:
 
 
 @task(name="plan", **COMMON)
-def plan(settings: Settings, root, namespace: str, mode, force: bool, include, exclude, guard):
-    """Discover a root and diff it against the stored state (writes nothing)."""
+def plan(settings: Settings, root, namespace: str, mode, force: bool, include, exclude, guard,
+         cursor=None, limit: int | None = None):
+    """Plan a root's next slice of files: discover and diff against the stored state
+    (writes nothing; :func:`kbsync.ingest.steps.plan`)."""
     return steps.plan(runtime_for(settings), root, namespace, mode, force, include, exclude,
-                      guard)
+                      guard, cursor, limit)
 
 
 @task(name="batch", **COMMON, **_retry(steps.batch))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from kbsync.models import DocState
 from kbsync.store.base import Filter, VectorStore
@@ -103,18 +103,22 @@ class StoreCheck:
 
 
 def check_root(store: VectorStore, collection: str, namespace: str, root: str,
-               states: Mapping[str, DocState]) -> StoreCheck:
-    """The cheap check of every ingest, for one root whose records the plan loaded anyway.
+               states: Iterable[DocState] | Mapping[str, DocState]) -> StoreCheck:
+    """The cheap check of every ingest, for one root, over its records as they stream past
+    (``states``: records, read once and none held, or a mapping of them by doc_id).
 
     One exact count (namespace and root filter, both indexed) against the sum of
     ``chunk_count`` over ``states``: no chunk point is read. A missing collection
     counts 0. Drift that keeps the total (an orphan making up for a lost point) is
     left to :func:`kbsync.maintenance.verify.verify`.
     """
+    documents = expected = 0
+    for state in (states.values() if isinstance(states, Mapping) else states):
+        documents += 1
+        expected += state.chunk_count
     stored = store.count(collection, Filter.where(namespace=namespace, root=root))
-    check = StoreCheck(namespace=namespace, collection=collection, documents=len(states),
-                       expected_chunks=sum(s.chunk_count for s in states.values()),
-                       stored_chunks=stored, root=root)
+    check = StoreCheck(namespace=namespace, collection=collection, documents=documents,
+                       expected_chunks=expected, stored_chunks=stored, root=root)
     if not check.matches:
         log.warning("%s", check.describe())
     return check

@@ -16,10 +16,10 @@ import hashlib
 import json
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kbsync.models import DocState, DocStatus
-from kbsync.store.base import Filter, Point, VectorStore
+from kbsync.store.base import Filter, Match, Point, VectorStore
 
 STATE_NAMESPACE = uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f")
 STATE_VECTOR = [1.0]
@@ -114,6 +114,30 @@ class StateStore:
         flt = Filter.where(namespace=namespace, **({"root": root} if root else {}))
         return {p.payload["doc_id"]: DocState.from_payload(p.payload)
                 for p in self._store.scroll(self._collection, flt) if not is_meta(p.payload)}
+
+    def iter_records(self, namespace: str, root: str) -> Iterator[DocState]:
+        """The document records of ``root`` one at a time, page by page (none held)."""
+        if self._store.collection_dimension(self._collection) is None:
+            return
+        for point in self._store.scroll(self._collection, Filter.where(namespace=namespace,
+                                                                       root=root)):
+            if not is_meta(point.payload):
+                yield DocState.from_payload(point.payload)
+
+    def load_docs(self, namespace: str, doc_ids: Sequence[str], *,
+                  per_query: int = 1_000) -> dict[str, DocState]:
+        """The records of ``doc_ids`` that exist, keyed by doc_id (one filtered scroll per
+        ``per_query`` ids: a plan slice reads the records of its own files only)."""
+        if not doc_ids or self._store.collection_dimension(self._collection) is None:
+            return {}
+        found: dict[str, DocState] = {}
+        for start in range(0, len(doc_ids), per_query):
+            wanted = tuple(doc_ids[start:start + per_query])
+            flt = Filter.where(namespace=namespace).and_also(Match("doc_id", any_of=wanted))
+            for point in self._store.scroll(self._collection, flt):
+                if not is_meta(point.payload):
+                    found[point.payload["doc_id"]] = DocState.from_payload(point.payload)
+        return found
 
     def get(self, namespace: str, doc_id: str) -> DocState | None:
         """The record of one document, or ``None``."""

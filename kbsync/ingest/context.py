@@ -35,6 +35,7 @@ class IngestConfig:
         state_collection: the collection of document state and meta records.
         home: ``KBSYNC_HOME`` (a root must not contain it).
         files_per_batch: files per batch of the stages.
+        files_per_slice: files a root's plan holds at a time (:mod:`kbsync.ingest.plan`).
         batches_in_flight: how many batches an executor may run at once.
         max_file_bytes: larger files fail with ``FileTooLarge``.
         disk: the embedded store's folder, whose free space every write books
@@ -48,6 +49,7 @@ class IngestConfig:
     state_collection: str
     home: Path
     files_per_batch: int = 32
+    files_per_slice: int = 5_000
     batches_in_flight: int = 6
     max_file_bytes: int = 100 * 2**20
     disk: Path | None = None
@@ -59,6 +61,7 @@ class IngestConfig:
         """The values of ``settings`` (a :class:`kbsync.settings.Settings`)."""
         return cls(collection=settings.collection, state_collection=settings.state_collection,
                    home=settings.home, files_per_batch=settings.files_per_batch,
+                   files_per_slice=settings.plan_slice_files,
                    batches_in_flight=2 * settings.task_workers,
                    max_file_bytes=int(settings.max_file_mb * 2**20),
                    disk=None if settings.qdrant_url else settings.store_path,

@@ -1,18 +1,23 @@
-"""Planning a root: discovery diffed against the stored state, with full mode's
-mass-delete guard. Writes nothing."""
+"""Planning a root: discovery diffed against the stored state, in slices of files in doc_id
+order (so a large root's plan does not grow with it), with full mode's mass-delete guard.
+Writes nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from kbsync.errors import ErrorCode, MassDeleteRefused
-from kbsync.ingest.discover import Discovery, discover
+from kbsync.ingest.discover import drop_ambiguous
 from kbsync.ingest.classify import Plan, PlanItem, plan_files
 from kbsync.ingest.context import IngestContext
+from kbsync.ingest.walk import Discovery, WalkCursor, WalkRules, iter_files, log_unlogged
 from kbsync.catalog.checks import StoreCheck, check_root, damaged_documents
-from kbsync.models import PlanAction, RootSpec, SyncMode, display_path
+from kbsync.models import DocState, Failure, PlanAction, RootSpec, SourceFile, SyncMode, display_path
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +31,36 @@ class DeleteGuard:
 
 
 @dataclass
+class PlanCursor:
+    """Where the next slice of a root's plan starts, and what the root's last slice needs
+    of the slices before it. One entry per directory and per problem, 8 bytes per file
+    (``seen``), no record per file.
+
+    ``check`` and ``damaged`` come from the first slice (the store check over the root's
+    records, streamed); ``documents_before``: how many records the root had then;
+    ``matched``: how many of them were files the slices planned."""
+
+    walk: WalkCursor
+    check: StoreCheck
+    damaged: frozenset[str] = frozenset()
+    matched: int = 0
+    files: int = 0
+    ignored: int = 0
+    new: int = 0
+    problems: list[Failure] = field(default_factory=list)
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+
+
+@dataclass
 class RootPlan:
-    """A root's discovery, its plan, and the documents the run deletes (``to_delete``:
-    in full mode those whose file is gone; in any mode those reached through a link that
-    now leads out of the root, :func:`_deletable`).
+    """A root's plan, or one slice of it (``cursor`` set: more slices follow).
+
+    A slice holds the files of one doc_id range: its discovery (files, ignored, problems of
+    that range) and its plan (new, changed, unchanged, heal). The root's last slice (or a
+    whole-root plan, ``cursor`` None) also holds what needs the whole root: the ``missing``
+    items, the documents the run deletes (``to_delete``: in full mode those whose file is
+    gone; in any mode those reached through a link that now leads out of the root,
+    :func:`_deletable`), and the root's warnings.
 
     ``discovery.files`` is emptied once the plan is made (:func:`plan_root`): every file
     is then in ``plan`` (with its hash) or in ``plan.failures``, and the run holds one
@@ -44,6 +75,7 @@ class RootPlan:
     # reached through a link that leads out of the root (deleted in every mode)
     kept_unreadable: list[str] = field(default_factory=list)
     escaped: list[str] = field(default_factory=list)
+    cursor: PlanCursor | None = None
 
     def to_process(self) -> list:
         """New and changed items, in doc_id order."""
@@ -53,49 +85,145 @@ class RootPlan:
 def plan_root(
     root: RootSpec, *, runtime: IngestContext, namespace: str, mode: SyncMode, force: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
+    cursor: PlanCursor | None = None, limit: int | None = None,
 ) -> RootPlan:
-    """Discover ``root`` and diff it against the stored state. Writes nothing.
+    """Discover ``root`` (or its next ``limit`` files after ``cursor``) and diff the files
+    against their stored state. Writes nothing.
 
-    The root's chunk count is checked against its records (one exact count,
-    :func:`kbsync.catalog.checks.check_root`); when they differ, the points of each of
-    its documents are counted, and those whose count differs from the record
-    are planned ``changed`` with ``repair=True`` (counted in ``repaired``). Recorded
-    documents discovery could not read are kept (``kept_unreadable``), never deleted.
+    A root is planned in slices of ``limit`` files in doc_id order (``None``: the whole
+    root in one): give each slice's ``cursor`` to the next call until it is ``None``. A
+    slice reads the records of its own files only, so the run holds one slice's records
+    at a time. The first slice checks the root's chunk count against its records (one
+    exact count, :func:`kbsync.catalog.checks.check_root`, over the records streamed);
+    when they differ, the points of each of its documents are counted, and those whose
+    count differs from the record are planned ``changed`` with ``repair=True`` (counted in
+    ``repaired``). The last slice finds the recorded documents no slice saw (``missing``),
+    keeps those discovery could not read (``kept_unreadable``), never deleting them, and
+    applies full mode's guard.
 
     Raises:
-        MassDeleteRefused: full mode would empty the root or delete more than
-            ``guard.max_delete_fraction`` of its documents without
+        MassDeleteRefused: (the last slice) full mode would empty the root or delete more
+            than ``guard.max_delete_fraction`` of its documents without
             ``guard.allow_mass_delete``.
     """
-    found = discover(root, accept=runtime.accepts, include=include, exclude=exclude)
-    states = runtime.states.load(namespace, root.name)
-    check = check_root(runtime.store, runtime.collection, namespace, root.name, states)
-    damaged = ([] if check.matches else
-               damaged_documents(runtime.store, runtime.collection, namespace, states))
-    plan = plan_files(found.files, states, fingerprint=runtime.fingerprint,
-                      ocr_key=runtime.ocr_key, force=force, repair=frozenset(damaged))
+    cursor = cursor or _first_cursor(root, runtime, namespace)
+    found = Discovery(root=root, problem_counts=cursor.walk.problem_counts)
+    walked = iter_files(found, WalkRules(runtime.accepts, include, exclude),
+                        after=cursor.walk.after or None, visited=cursor.walk.visited)
+    files, more = _take(walked, limit)
+    files = drop_ambiguous(found, files)
+    states = runtime.states.load_docs(namespace, [f.doc_id for f in files])
+    plan = plan_files(files, states, fingerprint=runtime.fingerprint, ocr_key=runtime.ocr_key,
+                      force=force, repair=cursor.damaged)
     result = RootPlan(root=root, discovery=found, plan=plan)
-    if not check.matches:
-        _warn_drift(result, check, damaged)
-    if not found.files and not found.ignored:
-        result.warnings.append(f"root {root.name} ({display_path(root.path)}) holds no files")
-    result.to_delete = _deletable(result, guard, len(states), mode)
+    _advance(cursor, result, files, matched=len(states))
     found.files = []  # the plan holds them now, hashed: a root's run keeps one copy, not two
+    if more:
+        result.cursor = cursor
+        return result
+    log_unlogged(found)
+    _finish_root_plan(result, cursor, runtime, namespace, mode, guard)
     return result
 
 
-def _warn_drift(result: RootPlan, check: StoreCheck, damaged: Sequence[str]) -> None:
+def _first_cursor(root: RootSpec, runtime: IngestContext, namespace: str) -> PlanCursor:
+    """The cursor of a root's first slice: the store check over its records (streamed),
+    and, where it fails, the documents whose points differ from their record."""
+    check = check_root(runtime.store, runtime.collection, namespace, root.name,
+                       runtime.states.iter_records(namespace, root.name))
+    damaged: frozenset[str] = frozenset()
+    if not check.matches:  # rare: only then are the root's records held, once
+        damaged = frozenset(damaged_documents(runtime.store, runtime.collection, namespace,
+                                              runtime.states.load(namespace, root.name)))
+    return PlanCursor(walk=WalkCursor(after=""), check=check, damaged=damaged)
+
+
+def _take(files: Iterator[SourceFile], limit: int | None) -> tuple[list[SourceFile], bool]:
+    """Up to ``limit`` files (all with ``None``) and whether more may follow.
+
+    A slice never ends between two files with one doc_id (a name spelled with ``\\x``
+    beside the name with that byte, :func:`kbsync.ingest.discover.drop_ambiguous`): only a
+    name holding ``\\x`` can have such a twin, so the slice takes one file more then.
+    """
+    taken: list[SourceFile] = []
+    for source in files:
+        taken.append(source)
+        if limit is not None and len(taken) >= limit and "\\x" not in source.rel_path:
+            return taken, True
+    return taken, False
+
+
+def _advance(cursor: PlanCursor, result: RootPlan, files: Sequence[SourceFile], *,
+             matched: int) -> None:
+    """Fold a slice into the cursor: where the walk stopped, what it saw."""
+    if files:
+        cursor.walk.after = files[-1].rel_path
+    cursor.matched += matched
+    cursor.files += len(files)
+    cursor.ignored += len(result.discovery.ignored)
+    cursor.new += len(result.plan.of(PlanAction.NEW))
+    cursor.problems.extend(result.discovery.problems)
+    cursor.seen = np.concatenate([cursor.seen, doc_digests(f.doc_id for f in files)])
+
+
+def doc_digests(doc_ids: Iterable[str]) -> np.ndarray:
+    """64-bit digests of ``doc_ids`` (what a plan keeps of each file it saw). Two doc_ids
+    sharing one (about 1 in 10^9 at a million files) would keep a gone document, never
+    delete a present one."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(d.encode("utf-8"), digest_size=8)
+                                       .digest(), "little") for d in doc_ids), dtype=np.uint64)
+
+
+def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestContext,
+                      namespace: str, mode: SyncMode, guard: DeleteGuard) -> None:
+    """The last slice: the root's missing documents, its warnings, what it deletes."""
+    missing = _missing(runtime, namespace, result.root, cursor)
+    result.plan.items.extend(PlanItem(PlanAction.MISSING, None, s) for s in missing)
+    if not cursor.check.matches:
+        _warn_drift(result, cursor)
+    if not cursor.files and not cursor.ignored:
+        result.warnings.append(f"root {result.root.name} ({display_path(result.root.path)}) "
+                               "holds no files")
+    result.to_delete = _deletable(result, guard, cursor, mode)
+
+
+def _missing(runtime: IngestContext, namespace: str, root: RootSpec,
+             cursor: PlanCursor) -> list[DocState]:
+    """The root's records whose file no slice saw, in doc_id order (none read when every
+    record the root had was matched by a file)."""
+    if cursor.matched >= cursor.check.documents:
+        return []
+    return _unseen(runtime, namespace, root, cursor.seen)[1]
+
+
+def _unseen(runtime: IngestContext, namespace: str, root: RootSpec,
+            seen: np.ndarray) -> tuple[int, list[DocState]]:
+    """How many records the root has, and those whose doc_id's digest is not in ``seen``
+    (in doc_id order); the records stream past, only those are kept."""
+    seen = np.sort(seen)
+    documents, gone = 0, []
+    for state in runtime.states.iter_records(namespace, root.name):
+        documents += 1
+        digest = doc_digests([state.doc_id])[0]
+        at = int(np.searchsorted(seen, digest))
+        if at >= len(seen) or seen[at] != digest:
+            gone.append(state)
+    return documents, sorted(gone, key=lambda s: s.doc_id)
+
+
+def _warn_drift(result: RootPlan, cursor: PlanCursor) -> None:
     """The ``warnings`` of a root whose store and state disagree: what is rebuilt, what
     is not (no file to rebuild from, or points no record names) and what to run."""
-    gone = sorted({i.doc_id for i in result.plan.of(PlanAction.MISSING)} & set(damaged))
-    result.warnings.append(f"{check.describe()}; reprocessing {len(damaged) - len(gone)} "
+    damaged = cursor.damaged
+    gone = sorted({i.doc_id for i in result.plan.of(PlanAction.MISSING)} & damaged)
+    result.warnings.append(f"{cursor.check.describe()}; reprocessing {len(damaged) - len(gone)} "
                            "documents whose points differ")
     if gone:
         result.warnings.append(
             f"root {result.root.name}: {len(gone)} documents whose points no longer match "
             f"their state have no file to rebuild them from (kept as they are: "
             f"{', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''}); see `kbsync verify`")
-    elif not damaged and not result.plan.of(PlanAction.NEW):
+    elif not damaged and not cursor.new:
         # No document explains the difference (new ones may: a crash before their commit).
         result.warnings.append(
             f"root {result.root.name}: the store holds points no state record names; "
@@ -109,23 +237,41 @@ def preflight_root(
     """Check full mode's guard for ``root`` without hashing anything.
 
     Run for every root before any root is processed, so a refusal leaves the
-    whole run without a single write.
+    whole run without a single write. Walks the root holding 8 bytes a file.
 
     Returns:
         How many documents full mode would delete from the root.
     Raises:
         MassDeleteRefused: as :func:`plan_root`.
     """
-    found = discover(root, accept=runtime.accepts, include=include, exclude=exclude, quiet=True)
-    states = runtime.states.load(namespace, root.name)
-    present = {f.doc_id for f in found.files}
-    plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for d, s in sorted(states.items())
-                       if d not in present])
-    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), guard, len(states),
+    found = Discovery(root=root, quiet=True)
+    files, digests = 0, []
+    for chunk in _chunks(iter_files(found, WalkRules(runtime.accepts, include, exclude)), 4096):
+        files += len(chunk)
+        digests.append(doc_digests(f.doc_id for f in chunk))
+    seen = np.concatenate(digests) if digests else np.zeros(0, dtype=np.uint64)
+    documents, missing = _unseen(runtime, namespace, root, seen)
+    cursor = PlanCursor(walk=WalkCursor(after=""), problems=found.problems, files=files,
+                        ignored=len(found.ignored), seen=seen,
+                        check=StoreCheck(namespace, runtime.collection, documents, 0, 0))
+    plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for s in missing])
+    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), guard, cursor,
                           SyncMode.FULL))
 
 
-def _deletable(result: RootPlan, guard: DeleteGuard, known: int, mode: SyncMode) -> list[str]:
+def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    chunk: list = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _deletable(result: RootPlan, guard: DeleteGuard, cursor: PlanCursor,
+               mode: SyncMode) -> list[str]:
     """The doc_ids to delete from the root, and why the other missing ones stay.
 
     Invariant: a document is deleted only when discovery saw its file is gone (full
@@ -134,7 +280,7 @@ def _deletable(result: RootPlan, guard: DeleteGuard, known: int, mode: SyncMode)
     indexed). A document discovery could not read (an entry it could not stat, a folder
     it could not list or enter) is never deleted: it is kept and named in one warning.
     """
-    escaped, unreadable, gone = triage_missing(result)
+    escaped, unreadable, gone = triage_missing(result, cursor.problems)
     result.escaped, result.kept_unreadable = escaped, unreadable
     if unreadable:
         result.warnings.append(
@@ -146,10 +292,11 @@ def _deletable(result: RootPlan, guard: DeleteGuard, known: int, mode: SyncMode)
             f"through a link and are deleted from the index: {_named(escaped)}")
     if mode is not SyncMode.FULL:
         return escaped
-    return sorted(escaped + _guarded(result, gone, guard, known))
+    return sorted(escaped + _guarded(result, gone, guard, cursor))
 
 
-def triage_missing(result: RootPlan) -> tuple[list[str], list[str], list[str]]:
+def triage_missing(result: RootPlan, problems: Sequence[Failure]
+                   ) -> tuple[list[str], list[str], list[str]]:
     """The plan's missing doc_ids as (escaped, unreadable, gone), each in doc_id order.
 
     ``escaped``: at or under a link discovery found leading out of the root;
@@ -157,7 +304,7 @@ def triage_missing(result: RootPlan) -> tuple[list[str], list[str], list[str]]:
     whose file discovery saw is not there (the only ones full mode may delete as missing).
     """
     kinds: dict[str, str] = {}
-    for problem in result.discovery.problems:
+    for problem in problems:  # the whole root's (a slice's discovery has its range's only)
         kind = "escaped" if problem.error == ErrorCode.SymlinkOutsideRoot else "unreadable"
         if kinds.get(problem.doc_id) != "unreadable":  # unreadable wins: it may be there
             kinds[problem.doc_id] = kind
@@ -175,7 +322,8 @@ def _named(doc_ids: Sequence[str], shown: int = 5) -> str:
     return ", ".join(doc_ids[:shown]) + more
 
 
-def _guarded(result: RootPlan, deletable: list[str], guard: DeleteGuard, known: int) -> list[str]:
+def _guarded(result: RootPlan, deletable: list[str], guard: DeleteGuard,
+             cursor: PlanCursor) -> list[str]:
     """``deletable`` (files seen gone), unless full mode's mass-delete guard refuses.
 
     Raises:
@@ -183,8 +331,8 @@ def _guarded(result: RootPlan, deletable: list[str], guard: DeleteGuard, known: 
     """
     if not deletable or guard.allow_mass_delete:
         return deletable
-    name = result.root.name
-    if not result.discovery.files:
+    name, known = result.root.name, cursor.check.documents
+    if not cursor.files:
         raise MassDeleteRefused(
             f"root {name} ({display_path(result.root.path)}) holds no files; full mode would "
             f"delete all {len(deletable)} of its documents. Nothing was deleted. Check the share "

@@ -125,64 +125,92 @@ def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor):
 
 
 def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> IngestSummary:
-    """One root: plan, then its batches through the stages, then heal and deletions.
+    """One root, slice by slice (``config.files_per_slice`` files in doc_id order): plan the
+    slice, run its batches through the stages, heal, finish it; the last slice also deletes
+    what the root's plan deletes. The run holds one slice's plan at a time.
 
     The plan also reprocesses documents whose points no longer match their state
     (``kbsync.catalog.checks.check_root``), counted in ``repaired``.
     """
     tally = _new_tally(request, executor)
-    ns = request.namespace
+    cursor = None
+    done = 0  # batches of the root's earlier slices
+    while True:
+        rp, planned = _plan_slice(spec, request, executor, tally, cursor)
+        if not request.dry_run:
+            done = _process_slice(spec, rp, request, executor, tally, planned, done)
+        cursor = rp.cursor
+        if cursor is None:
+            return tally.summary
+
+
+def _plan_slice(spec: RootSpec, request: IngestRequest, executor: Executor, tally: Tally,
+                cursor) -> tuple[RootPlan, Any]:
+    """The root's next slice, planned (in a dry run, all it reports is counted here)."""
+    config = executor.config
     with tally.timed("plan"):
-        planned = executor.submit(steps.plan, CONTEXT, spec, ns, request.mode, request.force,
-                                  request.include, request.exclude, request.guard,
+        planned = executor.submit(steps.plan, CONTEXT, spec, request.namespace, request.mode,
+                                  request.force, request.include, request.exclude,
+                                  request.guard, cursor, config.files_per_slice,
                                   label=f"plan {spec.name}")
         [rp] = executor.gather([planned])
-    tally.planned(rp)  # in a dry run, all it reports
-    log.info("root %s: %s, %d to delete", spec.name, rp.plan.counts(), len(rp.to_delete))
-    if request.dry_run:
-        return tally.summary
+    tally.planned(rp)
+    log.info("root %s: %s, %d to delete%s", spec.name, rp.plan.counts(), len(rp.to_delete),
+             "; more to plan" if rp.cursor is not None else "")
+    return rp, planned
+
+
+def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executor: Executor,
+                   tally: Tally, planned: Any, done: int) -> int:
+    """A slice's batches, its heal and its finish; returns the root's batches done."""
     healing = rp.plan.of(PlanAction.HEAL)
     # Planned work not yet reported, by batch (the heal last): a failure counts it as failed,
     # so the counts add up on that exit too, and still reports the batches done.
     unreported = [*iter_batches(rp.to_process(), executor.config.files_per_batch), healing]
     with tally.kept(unreported=unreported):
-        for results in run_batches(spec.name, rp, request, executor, after=[planned]):
+        for results in run_batches(spec.name, rp, request, executor, after=[planned],
+                                   before=done):
             tally.add(*results)
             unreported.pop(0)
+            done += 1
         with tally.timed("finish"):
             if healing:
-                tally.add(executor.call(steps.heal, CONTEXT, healing, ns, request.run_id,
-                                        label=f"heal {spec.name}"))
+                tally.add(executor.call(steps.heal, CONTEXT, healing, request.namespace,
+                                        request.run_id, label=f"heal {spec.name}"))
             unreported.pop(0)
-            deleted = executor.call(steps.finish_root, CONTEXT, rp, ns,
+            deleted = executor.call(steps.finish_root, CONTEXT, rp, request.namespace,
                                     label=f"finish-root {spec.name}")
         tally.finished(rp, deleted)
-    return tally.summary
+    return done
 
 
 def run_batches(root: str, rp: RootPlan, request: IngestRequest, executor: Executor, *,
-                after: Sequence[Any] = ()) -> Iterator[list[StageResult]]:
+                after: Sequence[Any] = (), before: int = 0) -> Iterator[list[StageResult]]:
     """Each batch's stage results, in batch order, with a bounded window in flight.
 
     The window (``config.batches_in_flight``) means a run-level error (DiskFull, a
     lost store) stops the run after the batches already started, not after all.
+    ``before``: the root's batches in its earlier slices (batches are numbered through
+    the root; the total known is the batches planned so far, exact in its last slice).
     """
     config = executor.config
     batches = list(iter_batches(rp.to_process(), config.files_per_batch))
     if not batches:
         return
-    progress = executor.progress(root, len(batches))
+    total = before + len(batches)
+    more = "+" if rp.cursor is not None else ""
+    progress = executor.progress(root, total)
     pending: deque = deque()
     for number, items in enumerate(batches, 1):
         pending.append(executor.submit(
             steps.batch, CONTEXT, executor.chunk_config, items, request.namespace,
-            request.run_id, label=f"batch {root} {number}/{len(batches)}", after=after))
+            request.run_id, label=f"batch {root} {before + number}/{total}{more}", after=after))
         while pending and (len(pending) > config.batches_in_flight or number == len(batches)):
             [results] = executor.gather([pending.popleft()])
             yield results
-            done = number - len(pending)
+            done = before + number - len(pending)
             progress(done)
-            log.info("root %s: batch %d/%d done", root, done, len(batches))
+            log.info("root %s: batch %d/%d%s done", root, done, total, more)
 
 
 def run_plain(

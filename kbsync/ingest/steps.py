@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from kbsync.catalog import checks
 from kbsync.ingest import identity, room
 from kbsync.ingest.context import IngestContext, PrepareContext
-from kbsync.ingest.plan import DeleteGuard, RootPlan, plan_root, preflight_root
+from kbsync.ingest.plan import DeleteGuard, PlanCursor, RootPlan, plan_root, preflight_root
 from kbsync.ingest.stages import StageResult, chunk_stage, convert_stage, embed_stage
 from kbsync.ingest.classify import PlanItem
 from kbsync.models import RootSpec, SyncMode
@@ -69,10 +69,12 @@ def seal_store(ctx: IngestContext) -> dict:
 
 
 def plan(ctx: IngestContext, root: RootSpec, namespace: str, mode: SyncMode, force: bool,
-         include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard) -> RootPlan:
-    """Discover a root and diff it against the stored state (writes nothing)."""
+         include: Sequence[str], exclude: Sequence[str], guard: DeleteGuard,
+         cursor: PlanCursor | None = None, limit: int | None = None) -> RootPlan:
+    """Discover a root's next ``limit`` files after ``cursor`` and diff them against their
+    stored state (writes nothing; :func:`kbsync.ingest.plan.plan_root`)."""
     return plan_root(root, runtime=ctx, namespace=namespace, mode=mode, force=force,
-                     include=include, exclude=exclude, guard=guard)
+                     include=include, exclude=exclude, guard=guard, cursor=cursor, limit=limit)
 
 
 def _timed(stage: str) -> Callable[[Callable[..., StageResult]], Callable[..., StageResult]]:
@@ -155,7 +157,8 @@ def heal(ctx: IngestContext, items: Sequence[PlanItem], namespace: str,
 
 
 def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> int:
-    """Refresh unchanged files' stat records; in full mode delete missing documents."""
+    """Refresh unchanged files' stat records; delete the documents the plan deletes (its
+    last slice's ``to_delete``). Returns how many were deleted."""
     room.finish_unchanged(rp, ctx)
     return room.delete_missing(rp, ctx, namespace)
 

@@ -169,9 +169,11 @@ def new_run_id() -> str:
 
 
 def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
-    """Add a root's plan to the summary (files seen, unchanged, hashed, warnings)."""
+    """Add a root's plan, or one slice of it, to the summary (files seen, unchanged, hashed,
+    warnings); the root is named once."""
     counts = rp.plan.counts()
-    summary.roots.append(rp.root.name)
+    if rp.root.name not in summary.roots:
+        summary.roots.append(rp.root.name)
     summary.files_seen += (counts["new"] + counts["changed"] + counts["unchanged"]
                            + counts["heal"] + len(rp.plan.failures))
     summary.unchanged += counts["unchanged"]
