@@ -97,6 +97,10 @@ NOTES: dict[str, str] = {
                        "the prefix too. Changing it reprocesses every document (it is in the "
                        "fingerprint; [decision](../decisions/contextual-text.md)).",
     "files_per_batch": "One Prefect task run per batch (`batch ROOT n/N`).",
+    "plan_slice_files": "One `plan ROOT` task run per slice; a root's batches are numbered "
+                        "through its slices (`batch ROOT n/N+` while slices remain: N counts the "
+                        "batches planned so far). A slice's plan holds about 1.5 KB a file "
+                        "([Scaling](../SCALING.md)).",
     "task_runner": "`dask` needs the `dask` extra: a local cluster of worker processes for the "
                    "per-root subflows; on the embedded store they convert, chunk and embed and "
                    "the flow's process writes ([The embedded store](../store.md)).",

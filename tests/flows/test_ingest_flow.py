@@ -118,3 +118,23 @@ def test_failures_artifact_is_emptied_by_a_clean_run_and_dry_runs_keep_their_own
     assert latest.data in ([], "[]")  # clean run: the old failure no longer stands
     summary = max(_artifacts(artifact_key("kbsync-ingest", "art")), key=lambda a: a.created)
     assert "(ok)" in summary.data
+
+
+def test_a_root_in_slices_runs_slice_by_slice_in_the_graph(prefect_api, settings, tmp_path,
+                                                            monkeypatch):
+    """A root planned 2 files at a time: a plan task run per slice, batches numbered through
+    the root (``+`` while slices remain), one summary, and full mode's deletion found by the
+    last slice (tests/ingest/test_plan_slices.py checks the index against a whole plan)."""
+    monkeypatch.setenv("KBSYNC_PLAN_SLICE_FILES", "2")
+    monkeypatch.setenv("KBSYNC_FILES_PER_BATCH", "1")
+    share = tmp_path / "share"
+    write_tree(share, {f"n{i}.md": f"# Note {i}\n\nbody {i}" for i in range(5)})
+    state = ingest(roots=[str(share)], namespace="slices", return_state=True)
+    first = state.result()
+    assert (first["files_seen"], first["added"], first["failed"]) == (5, 5, 0)
+    assert first["roots"] == ["share"]
+    names = _task_names(state.state_details.flow_run_id)
+    assert {"batch share 1/2+", "batch share 3/4+", "batch share 5/5", "plan share"} <= names
+    (share / "n3.md").unlink()
+    second = ingest(roots=[str(share)], namespace="slices", mode="full")
+    assert (second["unchanged"], second["deleted"], second["added"]) == (4, 1, 0)

@@ -1,5 +1,6 @@
-"""A root's plan holds one file record, one state record and one plan item per file, all at
-once (issue 23: at 100k files that was ~2 KB a file, 200 MB). These guard its size: the
+"""A plan slice holds one file record, one state record and one plan item per file of the
+slice (issue 23: a whole 100k-file root's plan was ~2 KB a file, 200 MB, before roots were
+planned in slices, tests/ingest/test_plan_slices.py). These guard its size per file: the
 records have no per-object ``__dict__``, and the values most state records share are one
 string each."""
 
