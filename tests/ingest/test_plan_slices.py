@@ -3,7 +3,8 @@
 The walk yields files in doc_id order and resumes after any of them, so a root's plan can
 be made ``files_per_slice`` files at a time. These check that slicing changes nothing a run
 does: the files walked (order, problems, second links), the plan, the summary and the index
-(adds, changes, deletions of gone files in full mode, unreadable folders kept), and that a
+(adds, changes, deletions of gone files in full mode; unreadable folders kept:
+tests/ingest/test_sec_unreadable_kept.py), and that a
 slice holds at most its share of the files."""
 
 from __future__ import annotations
@@ -128,18 +129,6 @@ def test_a_sliced_run_builds_the_same_index_as_a_whole_one(runtime, sliced, tmp_
         assert in_slices == whole
         assert _index(sliced) == _index(runtime) and _states(sliced) == _states(runtime)
     assert whole["unchanged"] == 15 and len(_states(runtime)) == 15
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
-def test_a_folder_unreadable_in_a_later_slice_is_kept(sliced, tmp_path):  # pragma: no cover
-    share = _tree(tmp_path, {f"{d}/n{i}.md": f"# {d} {i}" for d in "abc" for i in range(5)})
-    _run(sliced, share)
-    (share / "c").chmod(0)
-    try:
-        summary = _run(sliced, share, mode=SyncMode.FULL)
-    finally:
-        (share / "c").chmod(0o755)
-    assert summary["deleted"] == 0 and summary["kept_unreadable"] == 5
 
 
 def test_a_sliced_dry_run_counts_what_a_whole_one_does(runtime, sliced, tmp_path):

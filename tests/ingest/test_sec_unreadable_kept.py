@@ -88,3 +88,21 @@ def test_an_unreadable_file_is_a_failure_and_keeps_its_document(settings, synced
         os.chmod(share / "d1" / "a00.md", 0o644)
     assert summary["deleted"] == 0 and summary["failed"] == 1, summary
     assert "share/d1/a00.md" in indexed(settings)
+
+
+@pytest.mark.parametrize("per_slice", ["1", "7"])
+def test_in_slices_the_unreadable_are_kept_and_the_gone_deleted(settings, synced, monkeypatch,
+                                                                 per_slice):
+    """A root planned a few files at a time: the folder that cannot be entered and the gone
+    file fall in other slices than most of the root, and the last slice still keeps the one
+    and deletes the other (its walk met the folder's problem in an earlier slice)."""
+    monkeypatch.setenv("KBSYNC_PLAN_SLICE_FILES", per_slice)
+    share = synced
+    (share / "d3").chmod(0o444)
+    (share / "gone.md").unlink()
+    summary = plain_ingest(share, mode="full", drop_dac=True)
+    assert summary["deleted"] == 1 and summary["kept_unreadable"] == 31, summary
+    assert sum("share/d3" in w and "cannot be read" in w for w in summary["warnings"]) == 1
+    left = indexed(settings)
+    assert sum(d.startswith("share/d3/") for d in left) == 30
+    assert "share/d1/link.md" in left and "share/gone.md" not in left
