@@ -126,17 +126,25 @@ class StateStore:
 
     def load_docs(self, namespace: str, doc_ids: Sequence[str], *,
                   per_query: int = 1_000) -> dict[str, DocState]:
-        """The records of ``doc_ids`` that exist, keyed by doc_id (one filtered scroll per
-        ``per_query`` ids: a plan slice reads the records of its own files only)."""
+        """The records of ``doc_ids`` that exist, keyed by doc_id: a plan slice reads the
+        records of its own files only. A store that fetches payloads by id (the embedded
+        one) is asked for the records' ids (:meth:`record_id`); any other gets one filtered
+        scroll per ``per_query`` doc_ids."""
         if not doc_ids or self._store.collection_dimension(self._collection) is None:
             return {}
+        fetch = getattr(self._store, "payloads", None)
         found: dict[str, DocState] = {}
         for start in range(0, len(doc_ids), per_query):
             wanted = tuple(doc_ids[start:start + per_query])
-            flt = Filter.where(namespace=namespace).and_also(Match("doc_id", any_of=wanted))
-            for point in self._store.scroll(self._collection, flt):
-                if not is_meta(point.payload):
-                    found[point.payload["doc_id"]] = DocState.from_payload(point.payload)
+            if fetch is not None:
+                payloads = fetch(self._collection, [self.record_id(namespace, d) for d in wanted])
+                records = [p for p in payloads.values() if p.get("namespace") == namespace]
+            else:
+                flt = Filter.where(namespace=namespace).and_also(Match("doc_id", any_of=wanted))
+                records = [p.payload for p in self._store.scroll(self._collection, flt)]
+            for payload in records:
+                if not is_meta(payload):
+                    found[payload["doc_id"]] = DocState.from_payload(payload)
         return found
 
     def get(self, namespace: str, doc_id: str) -> DocState | None:

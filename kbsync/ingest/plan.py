@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -106,7 +106,8 @@ def plan_root(
             than ``guard.max_delete_fraction`` of its documents without
             ``guard.allow_mass_delete``.
     """
-    cursor = cursor or _first_cursor(root, runtime, namespace)
+    # A copy: the caller may still hold (and pickle) the previous slice, whose cursor this is.
+    cursor = _copied(cursor) if cursor is not None else _first_cursor(root, runtime, namespace)
     found = Discovery(root=root, problem_counts=cursor.walk.problem_counts)
     walked = iter_files(found, WalkRules(runtime.accepts, include, exclude),
                         after=cursor.walk.after or None, visited=cursor.walk.visited)
@@ -124,6 +125,13 @@ def plan_root(
     log_unlogged(found)
     _finish_root_plan(result, cursor, runtime, namespace, mode, guard)
     return result
+
+
+def _copied(cursor: PlanCursor) -> PlanCursor:
+    """``cursor`` with its own containers, to advance without touching the original."""
+    walk = WalkCursor(after=cursor.walk.after, visited=set(cursor.walk.visited),
+                      problem_counts=dict(cursor.walk.problem_counts))
+    return replace(cursor, walk=walk, problems=list(cursor.problems))
 
 
 def _first_cursor(root: RootSpec, runtime: IngestContext, namespace: str) -> PlanCursor:

@@ -127,37 +127,35 @@ def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor):
 def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> IngestSummary:
     """One root, slice by slice (``config.files_per_slice`` files in doc_id order): plan the
     slice, run its batches through the stages, heal, finish it; the last slice also deletes
-    what the root's plan deletes. The run holds one slice's plan at a time.
+    what the root's plan deletes. The next slice is planned while this one's batches run
+    (planning is mostly reading files to hash them; batches are mostly CPU), so the run holds
+    at most two slices' plans.
 
     The plan also reprocesses documents whose points no longer match their state
     (``kbsync.catalog.checks.check_root``), counted in ``repaired``.
     """
     tally = _new_tally(request, executor)
-    cursor = None
+    planned = _submit_plan(spec, request, executor, cursor=None)
     done = 0  # batches of the root's earlier slices
     while True:
-        rp, planned = _plan_slice(spec, request, executor, tally, cursor)
+        with tally.timed("plan"):
+            [rp] = executor.gather([planned])
+        tally.planned(rp)  # in a dry run, all it reports
+        log.info("root %s: %s, %d to delete%s", spec.name, rp.plan.counts(), len(rp.to_delete),
+                 "; more to plan" if rp.cursor is not None else "")
+        this, planned = planned, (None if rp.cursor is None else
+                                  _submit_plan(spec, request, executor, cursor=rp.cursor))
         if not request.dry_run:
-            done = _process_slice(spec, rp, request, executor, tally, planned, done)
-        cursor = rp.cursor
-        if cursor is None:
+            done = _process_slice(spec, rp, request, executor, tally, this, done)
+        if planned is None:
             return tally.summary
 
 
-def _plan_slice(spec: RootSpec, request: IngestRequest, executor: Executor, tally: Tally,
-                cursor) -> tuple[RootPlan, Any]:
-    """The root's next slice, planned (in a dry run, all it reports is counted here)."""
-    config = executor.config
-    with tally.timed("plan"):
-        planned = executor.submit(steps.plan, CONTEXT, spec, request.namespace, request.mode,
-                                  request.force, request.include, request.exclude,
-                                  request.guard, cursor, config.files_per_slice,
-                                  label=f"plan {spec.name}")
-        [rp] = executor.gather([planned])
-    tally.planned(rp)
-    log.info("root %s: %s, %d to delete%s", spec.name, rp.plan.counts(), len(rp.to_delete),
-             "; more to plan" if rp.cursor is not None else "")
-    return rp, planned
+def _submit_plan(spec: RootSpec, request: IngestRequest, executor: Executor, *, cursor) -> Any:
+    """Start planning the root's next slice (its first with ``cursor`` None)."""
+    return executor.submit(steps.plan, CONTEXT, spec, request.namespace, request.mode,
+                           request.force, request.include, request.exclude, request.guard,
+                           cursor, executor.config.files_per_slice, label=f"plan {spec.name}")
 
 
 def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executor: Executor,

@@ -159,3 +159,25 @@ def test_the_last_slice_alone_finds_the_missing(runtime, tmp_path):
         assert rp.to_delete == [] and not rp.plan.of(PlanAction.MISSING)
         cursor = rp.cursor
     assert actions[-1] == [PlanAction.MISSING] and rp.to_delete == ["share/n04.md"]
+
+
+def test_a_slice_reads_its_own_records_alike_on_both_adapters(adapter_runtime):
+    """``StateStore.load_docs``: by record id on the embedded store, a filtered scroll on a
+    server; either way only the namespace's records of the doc_ids asked for."""
+    from kbsync.models import DocState, DocStatus
+
+    states = adapter_runtime.states
+
+    def record(namespace: str, doc_id: str) -> DocState:
+        return DocState(doc_id=doc_id, namespace=namespace, root="r", path=f"/s/{doc_id}",
+                        content_hash=doc_id, fingerprint="f", chunk_count=1,
+                        status=DocStatus.OK, updated_at="2026-12-03T00:00:00+00:00",
+                        run_id="run", size=1, mtime_ns=1)
+
+    states.commit([record("a", f"r/n{i}.md") for i in range(7)] + [record("b", "r/n1.md")])
+    asked = ["r/n1.md", "r/n5.md", "r/none.md", "r/n6.md"]
+    loaded = states.load_docs("a", asked, per_query=2)
+    assert sorted(loaded) == ["r/n1.md", "r/n5.md", "r/n6.md"]
+    assert all(s.namespace == "a" for s in loaded.values())
+    assert loaded == {d: s for d, s in states.load("a").items() if d in asked}
+    assert states.load_docs("b", asked) == {"r/n1.md": record("b", "r/n1.md")}
