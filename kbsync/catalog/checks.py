@@ -103,9 +103,11 @@ class StoreCheck:
 
 
 def check_root(store: VectorStore, collection: str, namespace: str, root: str,
-               states: Iterable[DocState] | Mapping[str, DocState]) -> StoreCheck:
-    """The cheap check of every ingest, for one root, over its records as they stream past
-    (``states``: records, read once and none held, or a mapping of them by doc_id).
+               states: Iterable[DocState] | Mapping[str, DocState] | tuple[int, int]
+               ) -> StoreCheck:
+    """The cheap check of every ingest, for one root, over its records: a mapping of them by
+    doc_id, records read once, or their ``(documents, chunks)`` summed already
+    (:meth:`kbsync.catalog.state.StateStore.chunk_total`).
 
     One exact count (namespace and root filter, both indexed) against the sum of
     ``chunk_count`` over ``states``: no chunk point is read. A missing collection
@@ -113,9 +115,12 @@ def check_root(store: VectorStore, collection: str, namespace: str, root: str,
     left to :func:`kbsync.maintenance.verify.verify`.
     """
     documents = expected = 0
-    for state in (states.values() if isinstance(states, Mapping) else states):
-        documents += 1
-        expected += state.chunk_count
+    if isinstance(states, tuple):
+        documents, expected = states
+    else:
+        for state in (states.values() if isinstance(states, Mapping) else states):
+            documents += 1
+            expected += state.chunk_count
     stored = store.count(collection, Filter.where(namespace=namespace, root=root))
     check = StoreCheck(namespace=namespace, collection=collection, documents=documents,
                        expected_chunks=expected, stored_chunks=stored, root=root)

@@ -284,3 +284,16 @@ def test_meta_records_are_skipped_by_every_document_read(states, share):
                       {"namespace_key": "default", "root": "share", "path": "/mnt/share"})
     assert [m["path"] for m in states.read_meta("root_binding")] == ["/mnt/share"]
     assert [m["model"] for m in states.read_meta("embedder")] == ["hash-8"]
+
+
+def test_a_record_id_is_the_uuid5_it_always_was():
+    """``record_id`` spells uuid5 out for speed: the ids of existing records must not move."""
+    import json
+    import uuid
+
+    from kbsync.catalog.state import STATE_NAMESPACE
+
+    for namespace, doc_id in [("default", "share/a.md"), ("ns", "r/ü/lat\\xe9 x.md"),
+                              ("", ""), ("a" * 300, "r/" + "b" * 900)]:
+        expected = str(uuid.uuid5(STATE_NAMESPACE, json.dumps([namespace, doc_id])))
+        assert StateStore.record_id(namespace, doc_id) == expected
