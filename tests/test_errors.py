@@ -86,10 +86,10 @@ def test_a_code_prints_and_serialises_as_its_plain_string() -> None:
 
 
 def _code_argument(node: ast.Call) -> ast.expr | None:
-    """The code argument of ``Failure(doc_id, path, error, ...)`` or discovery's
-    ``_problem(result, rel, path, error, ...)``, else None."""
+    """The code argument of ``Failure(doc_id, path, error, ...)`` or the walk's
+    ``problem(result, rel, path, error, ...)``, else None."""
     name = getattr(node.func, "id", None)
-    index = {"Failure": 2, "_problem": 3}.get(name or "")
+    index = {"Failure": 2, "problem": 3}.get(name or "")
     if index is None:
         return None
     keyword = next((k.value for k in node.keywords if k.arg == "error"), None)
