@@ -208,14 +208,11 @@ def _unseen(runtime: IngestContext, namespace: str, root: RootSpec,
             seen: np.ndarray) -> tuple[int, list[DocState]]:
     """How many records the root has, and those whose doc_id's digest is not in ``seen``
     (in doc_id order); the records stream past, only those are kept."""
-    seen = np.sort(seen)
     documents, gone = 0, []
-    for state in runtime.states.iter_records(namespace, root.name):
-        documents += 1
-        digest = doc_digests([state.doc_id])[0]
-        at = int(np.searchsorted(seen, digest))
-        if at >= len(seen) or seen[at] != digest:
-            gone.append(state)
+    for page in _chunks(runtime.states.iter_records(namespace, root.name), 4096):
+        documents += len(page)
+        present = np.isin(doc_digests(s.doc_id for s in page), seen)
+        gone += [state for state, there in zip(page, present) if not there]
     return documents, sorted(gone, key=lambda s: s.doc_id)
 
 
