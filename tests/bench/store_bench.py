@@ -197,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", type=int, metavar="N",
                         help="compare the engine's segment layouts at N points (store_layouts.py)")
     parser.add_argument("--layout-names", default="appendable,m0,m0_int8,m0_int8_end,hnsw16")
-    parser.add_argument("--seal-every", type=int, default=50_000,
-                        help="points per sealed segment in the layouts compared")
+    parser.add_argument("--seal-every", type=int, default=None,
+                        help="points per sealed segment: in the layouts compared (default "
+                             "50,000), and with --scale instead of edge_seal.SEAL_EVERY")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="with --scale: build the store in this new folder and keep it "
                              "(reopen it with store_reopen.py --keep DIR)")
@@ -216,15 +217,19 @@ def main(argv: list[str] | None = None) -> int:
         elif args.one[0] == "scale":
             from store_scale import run_scale
 
+            if args.seal_every:  # before the store is made: its thresholds derive from it
+                from kbsync.store import edge_seal
+
+                edge_seal.SEAL_EVERY = args.seal_every
             print(json.dumps(run_scale(int(args.one[1]), args.queries, keep=args.keep)))
         else:
             print(json.dumps(run_case(args.one[0], int(args.one[1]))))
         return 0
     if args.scale:
-        return _scale(args.scale, args.queries, args.keep, args.memory_cap)
+        return _scale(args.scale, args.queries, args.keep, args.memory_cap, args.seal_every)
     if args.layouts:
         return _layouts(args.layouts, args.layout_names.split(","), args.queries,
-                        args.seal_every)
+                        args.seal_every or 50_000)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for kind in args.adapters.split(","):
@@ -272,15 +277,17 @@ def _layouts(size: int, layouts: list[str], queries: int, seal_every: int) -> in
     return 0
 
 
-def _scale(size: int, queries: int, keep: Path | None = None, cap_mib: int | None = None) -> int:
+def _scale(size: int, queries: int, keep: Path | None = None, cap_mib: int | None = None,
+           seal_every: int | None = None) -> int:
     """The scale case in a child process (so its peak RSS is the store's alone), in a
-    memory cgroup of ``cap_mib`` when given."""
+    memory cgroup of ``cap_mib`` when given, sealing every ``seal_every`` points when given."""
     from memory_cap import run_capped
     from store_scale import print_scale
 
     t0 = time.perf_counter()
     cmd = [sys.executable, __file__, "--one", "scale", str(size), "--queries", str(queries)]
     cmd += ["--keep", str(keep)] if keep else []
+    cmd += ["--seal-every", str(seal_every)] if seal_every else []
     options = {"stdout": subprocess.PIPE, "text": True, "check": False}  # progress: stderr
     if cap_mib:
         proc, cap = run_capped(cmd, cap_mib, **options)
