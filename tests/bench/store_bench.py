@@ -57,6 +57,7 @@ BATCH = 256
 QUERIES = 200
 LIMIT = 10
 COLLECTION = "bench"
+LAYOUT_SEAL_EVERY = 50_000  # --layouts without --seal-every
 WORDS = ("vector store chunk document policy invoice contract section table figure "
          "quarterly report revenue customer support release note install config").split()
 
@@ -198,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare the engine's segment layouts at N points (store_layouts.py)")
     parser.add_argument("--layout-names", default="appendable,m0,m0_int8,m0_int8_end,hnsw16")
     parser.add_argument("--seal-every", type=int, default=None,
-                        help="points per sealed segment: in the layouts compared (default "
-                             "50,000), and with --scale instead of edge_seal.SEAL_EVERY")
+                        help=f"points per sealed segment: in the layouts compared (default "
+                             f"{LAYOUT_SEAL_EVERY:,}), and with --scale instead of "
+                             "edge_seal.SEAL_EVERY")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="with --scale: build the store in this new folder and keep it "
                              "(reopen it with store_reopen.py --keep DIR)")
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return _scale(args.scale, args.queries, args.keep, args.memory_cap, args.seal_every)
     if args.layouts:
         return _layouts(args.layouts, args.layout_names.split(","), args.queries,
-                        args.seal_every or 50_000)
+                        args.seal_every or LAYOUT_SEAL_EVERY)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         for kind in args.adapters.split(","):
