@@ -37,7 +37,7 @@ class EmbedProvider(str, Enum):
 
 
 # The bundled MiniLM on ONNX Runtime at int8: 3.9x the chunks/s of the same weights on
-# sentence-transformers, same nDCG@10 (README, Embedding models). Stores built with the torch
+# sentence-transformers, same nDCG@10 (docs/models.md). Stores built with the torch
 # model record "all-MiniLM-L6-v2" and are refused under this default until it is set back.
 DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 DEFAULT_HASH_DIMENSION = 384
@@ -186,7 +186,17 @@ class Settings(BaseSettings):
     @property
     def state_collection(self) -> str:
         """Companion collection holding one state record per document."""
-        return f"{self.collection}_state"
+        return self.state_collection_of(self.collection)
+
+    @staticmethod
+    def state_collection_of(collection: str) -> str:
+        """The state collection of ``collection`` (``<collection>_state``): the one spelling.
+
+        Every other module asks here (a rebuild's shadow, a swapped-out previous collection);
+        ``tests/arch/test_layers.py`` checks that no module outside ``kbsync/catalog/`` spells
+        the name itself.
+        """
+        return f"{collection}_state"
 
     def embed_model_name(self) -> str:
         """The model name in effect, with the provider's default filled in."""
@@ -246,7 +256,7 @@ def warn_unknown_variables(environ=None) -> None:
             continue
         _warned.add(name)
         hint = f"did you mean {close}? " if close else ""
-        log.warning("unknown variable %s is ignored (%ssee the README's configuration table)",
+        log.warning("unknown variable %s is ignored (%ssee docs/reference/configuration.md)",
                     name, hint)
 
 

@@ -47,7 +47,7 @@ DEFAULTS = {
     "convert_memory_mb": 2048, "max_file_mb": 100.0, "min_free_mb": 64.0,
     "orchestrator_timeout_s": 60.0, "contextual_text": True,
 }
-"""The documented defaults (README's settings table): changing one is a visible decision."""
+"""The documented defaults (docs/reference/configuration.md): changing one is a visible decision."""
 
 
 def test_defaults_without_any_variable(env):

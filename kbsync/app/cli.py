@@ -24,8 +24,8 @@ from kbsync.app import cli_support
 
 from kbsync.app import cli_verify
 from kbsync.app.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE,  # noqa: F401
-                                k_argument, namespace_argument, run_result, score_argument,
-                                text_argument)
+                                fraction_argument, k_argument, namespace_argument, run_result,
+                                score_argument, text_argument)
 log = logging.getLogger("kbsync.app.cli")
 
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 run failed, 2 usage error, 3 some files failed (verify: "
                "drift found or left); 130, 143, 129 stopped by SIGINT, SIGTERM, SIGHUP (the "
                "JSON still carries an error). "
-               "Configuration comes from KBSYNC_* environment variables (see README).")
+               "Configuration comes from KBSYNC_* environment variables (see docs/reference/configuration.md).")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="leave out files matching GLOB (repeatable)")
     ing.add_argument("--allow-mass-delete", action="store_true",
                      help="let full mode empty a root or delete over --max-delete-fraction")
-    ing.add_argument("--max-delete-fraction", type=_fraction, default=0.5, metavar="F",
+    ing.add_argument("--max-delete-fraction", type=fraction_argument, default=0.5, metavar="F",
                      help="full mode refuses to delete more than this share (default 0.5)")
     ing.add_argument("--rebind", action="store_true",
                      help="a root NAME bound to another path moved here: bind it to this "
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--min-score", type=score_argument, default=None, metavar="S",
                       help="drop hits scoring below S (cosine in dense mode, fused score 0-1 in hybrid)")
     srch.add_argument("--mode", choices=["dense", "hybrid"], default="hybrid",
-                      help="dense vectors only, or dense + BM25 by weighted score fusion (default hybrid: it scored highest on the real English and Chinese sets in data/eval, see README)")
+                      help="dense vectors only, or dense + BM25 by weighted score fusion (default hybrid: it scored highest on the real English and Chinese sets in data/eval, see docs/retrieval.md)")
     srch.add_argument("--mqe", type=_mqe, default=0, metavar="N",
                       help="also search N rephrasings written by the chat model (KBSYNC_LLM_*)")
     srch.add_argument("--hyde", action="store_true",
@@ -109,13 +109,6 @@ def _version() -> str:
         return version("kbsync")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
 
 
 def _mqe(text: str) -> int:
@@ -258,7 +251,7 @@ def _first_ingest(settings) -> bool:
     """No chunk collection yet in the embedded store (looked for, never opened)."""
     if settings.qdrant_url:
         return False
-    from kbsync.store.edge_query import collection_created
+    from kbsync.store.edge.query import collection_created
 
     return not collection_created(settings.store_path, settings.collection)
 

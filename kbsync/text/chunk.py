@@ -166,9 +166,9 @@ def chunk_budget(fit: InputFit | None, *, tokens: int | None = None,
     chunks and counts them). Otherwise a model with an input limit gets a budget of
     that limit counted in chunker tokens (all-MiniLM-L6-v2: 256): the model reads
     each chunk's head (English runs ~1.6 word pieces a token, so about 160 words)
-    and BM25 reads all of it, which retrieved best in both languages (README,
-    Retrieval quality: hybrid nDCG@10 English 0.750 / Chinese 0.779, against 0.719 /
-    0.780 with chunks fitted to the model). With ``fit_chunks``
+    and BM25 reads all of it, which retrieved best in both languages
+    (docs/decisions/chunk-budget.md: hybrid nDCG@10 English 0.750 / Chinese 0.779,
+    against 0.719 / 0.780 with chunks fitted to the model). With ``fit_chunks``
     (``KBSYNC_CHUNK_FIT``) the chunks are fitted instead: a first budget of 5/8 of
     the limit plus the fit, so the model cuts nothing. A model without a limit
     (windowing or API models) gets 400. ``overlap`` defaults to 15% of the budget

@@ -2,7 +2,7 @@
 
 all-MiniLM-L6-v2 reads 256 word pieces. By default the budget is that limit counted
 in chunker tokens (256): the model reads each chunk's head and BM25 all of it, which
-retrieved best on both eval sets (README, Retrieval quality). KBSYNC_CHUNK_FIT=true
+retrieved best on both eval sets (docs/decisions/chunk-budget.md). KBSYNC_CHUNK_FIT=true
 fits every chunk to the model instead (counted in its own tokenizer), so nothing is
 cut. An explicit KBSYNC_CHUNK_TOKENS wins over both, and cut chunks are counted.
 """
