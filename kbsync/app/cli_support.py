@@ -258,7 +258,7 @@ def indexed_store(settings, namespace: str | None = None):
     from kbsync.store.base import Filter
 
     if not settings.qdrant_url:
-        from kbsync.store.edge_query import CONFIG_FILE
+        from kbsync.store.edge.query import CONFIG_FILE
 
         if not (settings.store_path / settings.collection / CONFIG_FILE).is_file():
             return None

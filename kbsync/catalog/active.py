@@ -67,7 +67,7 @@ def read_record(settings: Settings, store=None) -> pointer.ActiveRecord | None:
     """The pointer of ``settings.logical_collection``, or ``None``.
 
     On a Qdrant server the aliases are read (``store``: an open
-    :class:`~kbsync.store.server.ServerStore`, else a short-lived client) and the
+    :class:`~kbsync.store.server.store.ServerStore`, else a short-lived client) and the
     build settings come from the active collection's state record; on the
     embedded engine from the pointer file.
     """
@@ -211,7 +211,7 @@ def collection_names(settings: Settings, store=None) -> list[str]:
     """The store's collection names. On the embedded engine a folder listing (whoever holds
     the store, and without creating it); on a server the open ``store``'s or a short-lived one's."""
     if not settings.qdrant_url:
-        from kbsync.store.edge_query import CONFIG_FILE
+        from kbsync.store.edge.query import CONFIG_FILE
 
         folder = settings.store_path
         if not folder.is_dir():

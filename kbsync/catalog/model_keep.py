@@ -37,7 +37,7 @@ def keep_recorded_model(settings: Settings, store=None) -> Settings:
     if settings.embed_provider is not EmbedProvider.LOCAL or settings.embed_model or \
             settings.qdrant_url or settings.active_of is not None:
         return settings
-    from kbsync.store.edge_query import collection_created
+    from kbsync.store.edge.query import collection_created
 
     if not collection_created(settings.store_path, settings.collection):
         return settings

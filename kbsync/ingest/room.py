@@ -1,5 +1,5 @@
 """Every write of an ingest inside a booking of room on the embedded store's disk
-(:mod:`kbsync.store.diskspace`), so a full disk stops the run before a write
+(:mod:`kbsync.store.edge.diskspace`), so a full disk stops the run before a write
 instead of killing the engine mid-write."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from kbsync.ingest.stages import DocWork, StageResult, heal_stage, write_stage
 from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.write import delete_documents, touch_states
 from kbsync.models import PlanAction
-from kbsync.store import diskspace
+from kbsync.store.edge import diskspace
 from kbsync.text.sparse import term_bound
 
 

@@ -146,7 +146,7 @@ STAGE_ORDER = ("checks", "seal", *STAGES[1:])
 """The order of ``stage_s``: :data:`STAGES` plus ``seal``, only in a run that sealed the
 embedded store's full appendable segments before its plan (the first run on a store made
 before sealed segments, or after a run killed before its seal;
-:meth:`kbsync.store.edge.EdgeStore.seal`)."""
+:meth:`kbsync.store.edge.store.EdgeStore.seal`)."""
 
 
 def add_seconds(summary: IngestSummary, seconds: Mapping[str, float]) -> None:

@@ -132,7 +132,7 @@ def set_aside_damaged(runtime: RunContext) -> Path | None:
             the state collection is the damaged one.
         LockHeld: an ingest is running.
     """
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     try:
         runtime.store.collection_dimension(runtime.collection)

@@ -1,10 +1,10 @@
 """Vector store: one small interface, two adapters.
 
-- :class:`~kbsync.store.edge.EdgeStore`: the embedded default under
+- :class:`~kbsync.store.edge.store.EdgeStore`: the embedded default under
   ``$KBSYNC_HOME/qdrant`` (qdrant-edge-py, one writer per folder);
-- :class:`~kbsync.store.server.ServerStore`: qdrant-client against
+- :class:`~kbsync.store.server.store.ServerStore`: qdrant-client against
   ``KBSYNC_QDRANT_URL`` (or its local mode, used by the conformance tests);
-- :class:`~kbsync.store.relay_client.RelayStore`: read-only, the embedded
+- :class:`~kbsync.store.edge.relay_client.RelayStore`: read-only, the embedded
   store of another process (a running ingest) through its relay socket.
 
 Adapter modules are imported lazily so that importing the interface does not
@@ -40,9 +40,9 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
     The embedded folder admits one process, locked until ``close()``; open one
     store per process and share it (it is safe to use from several threads).
     With ``serve_readers`` (the ingest and eval flows) the holder also serves
-    other processes' reads on a Unix socket (:mod:`kbsync.store.relay`). A
+    other processes' reads on a Unix socket (:mod:`kbsync.store.edge.relay`). A
     folder held by such a process opens as a read-only
-    :class:`~kbsync.store.relay_client.RelayStore` whose writes raise
+    :class:`~kbsync.store.edge.relay_client.RelayStore` whose writes raise
     ``StoreUnavailable``.
 
     Raises:
@@ -52,17 +52,17 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
         HomeExposed: the embedded home is open to other users (:mod:`kbsync.home`).
     """
     if settings.qdrant_url:
-        from kbsync.store.cluster import ClusterConfig
-        from kbsync.store.server import ServerStore
+        from kbsync.store.server.cluster import ClusterConfig
+        from kbsync.store.server.store import ServerStore
 
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         return ServerStore.from_url(settings.qdrant_url, key,
                                     cluster=ClusterConfig.from_settings(settings))
     from kbsync.errors import StoreUnavailable
     from kbsync.home import open_home
-    from kbsync.store.edge import EdgeStore
-    from kbsync.store.relay import socket_path
-    from kbsync.store.relay_client import open_reader
+    from kbsync.store.edge.store import EdgeStore
+    from kbsync.store.edge.relay import socket_path
+    from kbsync.store.edge.relay_client import open_reader
 
     open_home(settings.home, shared_group=settings.shared_group)  # HomeExposed: others can read it
     relay_socket = socket_path(settings.home, settings.store_path)

@@ -156,7 +156,7 @@ def read_aliases(client: Any, logical: str) -> tuple[str | None, str | None]:
     Raises:
         StoreUnavailable: the server cannot be reached (like every other store call).
     """
-    from kbsync.store.server_query import errors
+    from kbsync.store.server.query import errors
 
     with errors("read aliases", logical):
         names = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
@@ -168,7 +168,7 @@ def swap_aliases(client: Any, logical: str, *, active: str, previous: str | None
     in one request (the server applies it atomically)."""
     from qdrant_client import models
 
-    from kbsync.store.server_query import errors
+    from kbsync.store.server.query import errors
 
     with errors("read aliases", logical):
         current = {a.alias_name for a in client.get_aliases().aliases}

@@ -62,7 +62,7 @@ def _points(rng: np.random.Generator, count: int, start: int = 0) -> list:
 
 
 def _open_loaded(path: Path, points: int):
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     return _load(EdgeStore(path), points)
 
@@ -183,8 +183,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=3, help="alone/with-reader pairs per case")
     args = ap.parse_args()
-    from kbsync.store.relay import socket_path
-    from kbsync.store.relay_client import RelayStore
+    from kbsync.store.edge.relay import socket_path
+    from kbsync.store.edge.relay_client import RelayStore
 
     work = Path(tempfile.mkdtemp(prefix="relay-bench-"))
     home, share = work / "home", _share(work / "share", args.files)

@@ -1,4 +1,4 @@
-"""What returning the heap after each seal saves (``kbsync.store.heap``, issue 23).
+"""What returning the heap after each seal saves (``kbsync.store.edge.heap``, issue 23).
 
 Writes ``--points`` chunks of kbsync's chunk layout (its payload indexes, a 60-term sparse
 vector, a 384-dim dense vector, ~220 words of text) into a new embedded store, sealing every
@@ -27,8 +27,8 @@ WRITER = textwrap.dedent("""
     import numpy as np
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
     from kbsync.store import Point, SparseVec
-    from kbsync.store import edge_seal
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge import seal as edge_seal
+    from kbsync.store.edge.store import EdgeStore
 
     folder, release, points = sys.argv[1], sys.argv[2] == "release", int(sys.argv[3])
     if not release:

@@ -25,7 +25,7 @@ the fields and indexes of a real chunk collection (``build_points``,
 p50 of the same measure (target: at most 2).
 
 Measured on the store as an ingest leaves it: edge collections build no HNSW
-graph since issue 15 (``kbsync.store.edge_query.INDEXING_THRESHOLD_KB``), so
+graph since issue 15 (``kbsync.store.edge.query.INDEXING_THRESHOLD_KB``), so
 the former "after ``optimize()``" measure is gone. Latencies are p50/p95 over
 ``--queries`` queries (after 10 warm-up queries), in milliseconds. Any size
 runs (``--sizes 1000000``); throughput, search during writes, reopen and RSS at
@@ -223,7 +223,7 @@ def _check_filtered(hits, filters) -> None:
 
 def run(size: int, n_queries: int, k: int) -> dict:
     """Load one store of ``size`` points and measure it."""
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
 
     rnd = random.Random(42)

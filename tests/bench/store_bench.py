@@ -8,7 +8,7 @@ local mode) a fresh child process loads ``size`` random unit vectors (dim 384,
 namespace-filtered search latency over 200 queries, the time to close and
 reopen the store (open + first count + first search), and its memory. (Edge
 collections build no HNSW graph: since issue 23 their segments seal every
-``kbsync.store.edge_seal.SEAL_EVERY`` points, inside the upsert; see ``--layouts``.)
+``kbsync.store.edge.seal.SEAL_EVERY`` points, inside the upsert; see ``--layouts``.)
 Each case runs in its own process so peak RSS belongs to that case alone.
 Local mode is skipped above ``--local-max`` points (it commits every point to
 sqlite; 100k takes many minutes), and the table says so.
@@ -99,10 +99,10 @@ def _payload(i: int, rnd: random.Random) -> dict:
 
 def _open(kind: str, path: Path):
     if kind == "edge":
-        from kbsync.store.edge import EdgeStore
+        from kbsync.store.edge.store import EdgeStore
 
         return EdgeStore(path)
-    from kbsync.store.server import ServerStore
+    from kbsync.store.server.store import ServerStore
 
     return ServerStore.local(path)
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seal-every", type=int, default=None,
                         help=f"points per sealed segment: in the layouts compared (default "
                              f"{LAYOUT_SEAL_EVERY:,}), and with --scale instead of "
-                             "edge_seal.SEAL_EVERY")
+                             "edge.seal.SEAL_EVERY")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="with --scale: build the store in this new folder and keep it "
                              "(reopen it with store_reopen.py --keep DIR)")
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             from store_scale import run_scale
 
             if args.seal_every:  # before the store is made: its thresholds derive from it
-                from kbsync.store import edge_seal
+                from kbsync.store.edge import seal as edge_seal
 
                 edge_seal.SEAL_EVERY = args.seal_every
             print(json.dumps(run_scale(int(args.one[1]), args.queries, keep=args.keep)))

@@ -1,5 +1,5 @@
 """Reopen of the embedded store at scale: open + count + first search, with and without the
-read-ahead of its flag files and int8 vectors (``kbsync.store.edge_check.warm_mapped_files``),
+read-ahead of its flag files and int8 vectors (``kbsync.store.edge.check.warm_mapped_files``),
 side by side in one run.
 
 Builds (or reuses, with ``--keep DIR``) a store of ``--size`` chunk-like points as
@@ -35,7 +35,7 @@ def build(folder: Path, size: int) -> float:
     import search_bench as sb
     import store_scale as ss
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     words, weights = sb._vocabulary(random.Random(42))
     pool = ss.text_pool(random.Random(42), words, weights)
@@ -54,8 +54,8 @@ def reopen(folder: Path, warm: bool) -> dict:
     """One reopen in this process: open + count, then the first namespace-filtered search."""
     import numpy as np
     from kbsync.query.search import namespace_filter
-    from kbsync.store import edge_seal
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge import seal as edge_seal
+    from kbsync.store.edge.store import EdgeStore
 
     spent: list[float] = []
     real_warm = edge_seal.warm_mapped_files

@@ -138,7 +138,7 @@ class _Queries:
 
 
 class _SealLog(logging.Handler):
-    """Collects the wall and CPU seconds of every seal the store logs (``edge_seal.seal``)."""
+    """Collects the wall and CPU seconds of every seal the store logs (``edge.seal.seal``)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -214,7 +214,7 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
     ``keep``: build the store in this new folder and leave it there (for ``store_reopen.py
     --keep``, which reopens it in fresh processes); otherwise a temporary folder, removed."""
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     words, weights = sb._vocabulary(random.Random(42))
     queries = _Queries(n_queries, words)
@@ -222,7 +222,7 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
     if keep is not None:
         keep.mkdir(parents=True)  # a new folder: never load into (or remove) an existing one
     workdir = keep or Path(tempfile.mkdtemp(prefix="kbsync-scale-bench-"))
-    from kbsync.store.edge_seal import SEAL_EVERY
+    from kbsync.store.edge.seal import SEAL_EVERY
 
     row: dict = {"kind": "edge", "size": size, "seal_every": SEAL_EVERY}
     t_case = time.perf_counter()
@@ -237,8 +237,8 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
         reader = threading.Thread(target=_reader, args=(store, queries, stop, during))
         reader.start()
         seals = _SealLog()
-        logging.getLogger("kbsync.store.edge_seal").addHandler(seals)
-        logging.getLogger("kbsync.store.edge_seal").setLevel(logging.INFO)
+        logging.getLogger("kbsync.store.edge.seal").addHandler(seals)
+        logging.getLogger("kbsync.store.edge.seal").setLevel(logging.INFO)
         try:
             row.update(_load(store, size, pool, log))
         finally:

@@ -15,7 +15,7 @@ import pytest
 from kbsync.embed import EmbeddingService, HashEmbedder
 from kbsync.eval.run import EvalQuery, parse_modes, run_mode
 from kbsync.models import Chunk, SourceFile
-from kbsync.store.edge import EdgeStore
+from kbsync.store.edge.store import EdgeStore
 from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, PreparedDoc, build_points
 from kbsync.text.sparse import LEGACY
 

@@ -56,7 +56,7 @@ def _ingest(env, share: Path, *, kill_after: float | None = None) -> tuple[int, 
 
 def _snapshot(home: Path) -> tuple[dict, dict]:
     from kbsync.catalog.state import is_meta
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     store = EdgeStore(home / "qdrant")
     try:

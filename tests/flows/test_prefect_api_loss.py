@@ -87,7 +87,7 @@ def _consistent_index(home: Path) -> dict[str, int]:
     """doc_id -> chunk_count, asserting every state record has exactly its points."""
     from kbsync.catalog.state import StateStore
     from kbsync.store.base import Filter
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     with EdgeStore(home / "qdrant") as store:
         states = StateStore(store, "kbsync_state").load("default")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kbsync.store.relay import socket_path
+from kbsync.store.edge.relay import socket_path
 from kbtest import KBSYNC, hash_env, write_tree
 
 FILES = 400

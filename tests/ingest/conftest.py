@@ -14,7 +14,7 @@ def adapter_runtime(request, runtime, tmp_path):
         yield runtime
         return
     from kbsync.catalog.state import StateStore
-    from kbsync.store.server import ServerStore
+    from kbsync.store.server.store import ServerStore
 
     store = ServerStore.local(tmp_path / "qdrant-local")
     try:

@@ -99,7 +99,7 @@ def test_english_shares_and_existing_collections_keep_the_default(tmp_path, make
     write_tree(tmp_path / "en", {"a.md": EN_DOC})
     assert choose_model(settings, [RootSpec(name="en", path=tmp_path / "en")]) is settings
     # A collection that exists (its engine config is there) is never re-chosen.
-    from kbsync.store.edge_query import CONFIG_FILE
+    from kbsync.store.edge.query import CONFIG_FILE
 
     (settings.store_path / "kbsync").mkdir(parents=True)
     (settings.store_path / "kbsync" / CONFIG_FILE).write_text("{}")

@@ -18,7 +18,7 @@ from kbsync.ingest.discover import discover, hash_file, parse_root
 from kbsync.catalog.state import REPAIR_FINGERPRINT, StateStore, fingerprint, is_meta, stable_hash
 from kbsync.ingest.classify import plan_files
 from kbsync.models import DocState, DocStatus, PlanAction, SourceFile
-from kbsync.store.edge import EdgeStore
+from kbsync.store.edge.store import EdgeStore
 from kbtest import write_tree
 
 FP = fingerprint(converter="c1", chunker="k1", chunk_tokens=400, provider="hash", dimension=8)

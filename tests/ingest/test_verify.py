@@ -129,7 +129,7 @@ def test_ingest_repairs_a_truncated_id_tracker(settings, share):
 
 
 def _local_runtime(settings, path: Path) -> Runtime:
-    from kbsync.store.server import ServerStore
+    from kbsync.store.server.store import ServerStore
 
     store = ServerStore.local(path)
     return Runtime(settings=settings, store=store,

@@ -100,7 +100,7 @@ def _ballast(path: Path, size: int) -> None:
 
 def _fill(path: Path) -> None:
     """Take every byte left on ``path``'s file system."""
-    from kbsync.store.diskspace import free_bytes
+    from kbsync.store.edge.diskspace import free_bytes
 
     with path.open("wb") as out:
         chunk = b"\0" * MIB
@@ -119,7 +119,7 @@ def _index(home: Path) -> tuple[dict, list]:
     """
     from kbsync.catalog.state import StateStore
     from kbsync.store.base import Filter
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     with EdgeStore(home / "qdrant") as store:
         states = StateStore(store, "kbsync_state").load("default")
@@ -136,7 +136,7 @@ def test_batch_estimate_bounds_what_the_engine_allocates(runtime, tmp_path):
     """ENGINE_FACTOR and the per-chunk estimate are an upper bound, and not a wild one."""
     from kbsync.ingest.plan import plan_root
     from kbsync.ingest.room import write_batch
-    from kbsync.store import diskspace
+    from kbsync.store.edge import diskspace
     from kbsync.ingest.discover import parse_root
     from kbsync.text.sparse import term_bound
     from kbsync.ingest.stages import chunk_stage, convert_stage, embed_stage
@@ -182,7 +182,7 @@ def test_small_tmpfs_refuses_before_writing(tmpfs, prefect_api, tmp_path):
 
 def test_full_disk_mid_run_loses_nothing_and_the_next_run_converges(tmpfs, prefect_api,
                                                                    tmp_path, settings):
-    from kbsync.store import diskspace
+    from kbsync.store.edge import diskspace
     from kbsync.ingest.discover import parse_root
     from kbsync.ingest.runner import run_plain
     from kbsync.runtime import Runtime

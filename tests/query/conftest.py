@@ -14,7 +14,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from kbsync.embed import EmbeddingService, HashEmbedder  # noqa: E402
-from kbsync.store.edge import EdgeStore  # noqa: E402
+from kbsync.store.edge.store import EdgeStore  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer  # noqa: E402
 
 DIM = 64

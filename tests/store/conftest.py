@@ -23,8 +23,8 @@ from typing import Callable, Iterator
 import pytest
 
 from kbsync.store import VectorStore
-from kbsync.store.edge import EdgeStore
-from kbsync.store.server import ServerStore
+from kbsync.store.edge.store import EdgeStore
+from kbsync.store.server.store import ServerStore
 
 SERVER_ENV = "KBSYNC_TEST_QDRANT_URL"
 BACKENDS = ("edge", "local", "server")

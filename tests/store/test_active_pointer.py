@@ -69,7 +69,7 @@ def test_resolve_the_embedded_pointer(settings):
 
 
 def test_aliases_on_qdrant_client_local_mode(settings, tmp_path):
-    from kbsync.store.server import ServerStore
+    from kbsync.store.server.store import ServerStore
 
     store = ServerStore.local(tmp_path / "local")
     try:

@@ -12,8 +12,8 @@ from qdrant_client import models
 from kbsync.errors import UsageError
 from kbsync.settings import Settings
 from kbsync.store import DENSE, Filter, Point, open_store
-from kbsync.store.cluster import ClusterConfig
-from kbsync.store.server import ServerStore
+from kbsync.store.server.cluster import ClusterConfig
+from kbsync.store.server.store import ServerStore
 
 CLUSTER = ClusterConfig(shards=6, replication_factor=2, write_consistency_factor=2,
                         on_disk_vectors=True, on_disk_payload=True, write_ordering="strong")

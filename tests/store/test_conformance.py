@@ -29,8 +29,8 @@ from kbsync.errors import (
 )
 from kbsync.settings import Settings
 from kbsync.store import Filter, Match, Point, Range, VectorStore, open_store
-from kbsync.store.edge import EdgeStore
-from kbsync.store.server import ServerStore
+from kbsync.store.edge.store import EdgeStore
+from kbsync.store.server.store import ServerStore
 
 DIM = 8
 INDEXES = ("namespace", "doc_id")

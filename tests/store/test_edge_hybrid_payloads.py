@@ -14,7 +14,7 @@ import numpy as np
 from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
 from kbsync.query.search import with_payloads
 from kbsync.store import Point, SparseVec
-from kbsync.store.edge import EdgeStore
+from kbsync.store.edge.store import EdgeStore
 
 
 def _store(tmp_path: Path, n: int = 600, dim: int = 32) -> tuple[EdgeStore, np.ndarray]:

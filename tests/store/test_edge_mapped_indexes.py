@@ -1,5 +1,5 @@
-"""Sealed segments map their indexes and int8 vectors (``edge_seal.INDEX_MEMORY``,
-``edge_seal.QUANTIZED_MEMORY``; issue 23).
+"""Sealed segments map their indexes and int8 vectors (``edge.seal.INDEX_MEMORY``,
+``edge.seal.QUANTIZED_MEMORY``; issue 23).
 
 A new collection's sealed segments keep their payload indexes, sparse inverted index, id
 tracker and int8 vectors in mapped files, so opening the store maps them instead of rebuilding
@@ -18,10 +18,10 @@ import pytest
 import qdrant_edge as qe
 
 from kbsync.store import Filter, Point, SparseVec
-from kbsync.store import edge_check
-from kbsync.store import edge_seal as es
+from kbsync.store.edge import check as edge_check
+from kbsync.store.edge import seal as es
 from kbsync.store.base import DENSE, SPARSE
-from kbsync.store.edge import EdgeStore
+from kbsync.store.edge.store import EdgeStore
 
 DIM = 32
 

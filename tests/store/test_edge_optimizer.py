@@ -1,8 +1,8 @@
-"""The embedded engine's optimizer settings (``edge_seal.optimizers_config``).
+"""The embedded engine's optimizer settings (``edge.seal.optimizers_config``).
 
 kbsync collections never build an HNSW graph (``HnswIndexConfig(m=0)``): the engine
 would build it only inside ``optimize()``, holding the GIL for minutes at 100k
-points. Segments seal at ``edge_seal.SEAL_EVERY`` points (``indexing_threshold`` and
+points. Segments seal at ``edge.seal.SEAL_EVERY`` points (``indexing_threshold`` and
 ``max_segment_size``). The settings are written on create and given on every open, so
 a shard made before them gets them.
 """
@@ -17,9 +17,9 @@ import qdrant_edge as qe
 
 from kbsync.store import Point, SparseVec
 from kbsync.store.base import DENSE, SPARSE
-from kbsync.store.edge import EdgeStore
-from kbsync.store.edge_query import CONFIG_FILE
-from kbsync.store.edge_seal import seal_threshold_kb
+from kbsync.store.edge.store import EdgeStore
+from kbsync.store.edge.query import CONFIG_FILE
+from kbsync.store.edge.seal import seal_threshold_kb
 
 
 def _optimizers(folder: Path) -> dict:

@@ -1,4 +1,4 @@
-"""Sealed segments of the embedded store (``kbsync.store.edge_seal``, issue 23).
+"""Sealed segments of the embedded store (``kbsync.store.edge.seal``, issue 23).
 
 The appendable segment seals every ``SEAL_EVERY`` points inside the upsert that fills
 it: immutable, mapped, int8-quantized, no graph; dense search rescores on the original
@@ -23,9 +23,9 @@ import pytest
 import qdrant_edge as qe
 
 from kbsync.store import Point, SparseVec
-from kbsync.store import edge_seal as es
+from kbsync.store.edge import seal as es
 from kbsync.store.base import DENSE, SPARSE
-from kbsync.store.edge import EdgeStore
+from kbsync.store.edge.store import EdgeStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,8 +118,8 @@ _CHILD = textwrap.dedent("""
     import sys
     import numpy as np
     from kbsync.store import Point
-    from kbsync.store import edge_seal as es
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge import seal as es
+    from kbsync.store.edge.store import EdgeStore
 
     phase, path = sys.argv[1], sys.argv[2]
     dim, n = 256, 24000
@@ -221,7 +221,7 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
 
 def test_the_read_ahead_finds_every_flag_file_and_int8_vector_file_and_changes_none(
         tmp_path: Path, small_seal: int) -> None:
-    from kbsync.store.edge_check import warm_mapped_files
+    from kbsync.store.edge.check import warm_mapped_files
 
     vectors = _vectors(2500, 16)
     with EdgeStore(tmp_path) as store:

@@ -1,8 +1,8 @@
 """Disk full during a seal (issue 23): the seal is refused before it starts, nothing is lost.
 
 A seal writes a copy of the appendable segment through memory-mapped files; on a full
-file system the engine would die of SIGBUS mid-way. ``edge_seal.seal`` books the room
-first (``edge_check.seal_need``): without it the seal is postponed with a warning, the
+file system the engine would die of SIGBUS mid-way. ``edge.seal.seal`` books the room
+first (``edge.check.seal_need``): without it the seal is postponed with a warning, the
 points stay written and searchable, and once space is freed the next seal converges.
 Runs in a child process on a real small tmpfs (root only; skipped, saying why, elsewhere)
 so that a SIGBUS would fail the test instead of killing pytest.
@@ -25,9 +25,9 @@ _CHILD = textwrap.dedent("""
     from pathlib import Path
     import numpy as np
     from kbsync.store import Point
-    from kbsync.store import diskspace, edge_check
-    from kbsync.store import edge_seal as es
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge import diskspace, check as edge_check
+    from kbsync.store.edge import seal as es
+    from kbsync.store.edge.store import EdgeStore
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
     mount = Path(sys.argv[1])

@@ -1,4 +1,4 @@
-"""A seal hands the heap it freed back to the kernel (``kbsync.store.heap``, issue 23).
+"""A seal hands the heap it freed back to the kernel (``kbsync.store.edge.heap``, issue 23).
 
 A seal builds a segment's payload and sparse indexes on the C heap and frees them once
 they are in mapped files; glibc kept those pages, so a long ingest's anonymous memory grew
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kbsync.store import edge_seal as es
+from kbsync.store.edge import seal as es
 from kbsync.store import Point, SparseVec
-from kbsync.store.edge import EdgeStore
-from kbsync.store.heap import release_free_heap
+from kbsync.store.edge.store import EdgeStore
+from kbsync.store.edge.heap import release_free_heap
 
 
 def test_releasing_the_heap_frees_nothing_in_use() -> None:

@@ -2,7 +2,7 @@
 
 Sealed segments are memory-mapped: a truncated file would kill the first search that
 reads past its end (SIGBUS). The store checks sealed segments' file sizes before the
-engine loads them (``kbsync.store.edge_check``): ``kbsync verify`` prints one line naming
+engine loads them (``kbsync.store.edge.check``): ``kbsync verify`` prints one line naming
 the segment and the file, and ``kbsync verify --repair`` sets the collection aside and
 rebuilds it from the share, losing no document.
 """
@@ -19,8 +19,8 @@ from kbsync.app import cli
 from kbsync.runtime import Runtime
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
-from kbsync.store import edge_check
-from kbsync.store import edge_seal as es
+from kbsync.store.edge import check as edge_check
+from kbsync.store.edge import seal as es
 
 N_DOCS = 30
 

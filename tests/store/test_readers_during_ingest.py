@@ -24,8 +24,8 @@ from kbsync.errors import StoreUnavailable
 from kbsync.settings import Settings
 from kbsync.store import open_store
 from kbsync.store.base import Point
-from kbsync.store.relay import PROTOCOL_VERSION, recv_frame, send_frame, socket_path
-from kbsync.store.relay_client import RelayStore
+from kbsync.store.edge.relay import PROTOCOL_VERSION, recv_frame, send_frame, socket_path
+from kbsync.store.edge.relay_client import RelayStore
 from kbtest import write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))

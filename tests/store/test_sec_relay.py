@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from kbsync.errors import RelayUntrusted
-from kbsync.store.edge import EdgeStore
-from kbsync.store.relay import socket_path
-from kbsync.store.relay_client import open_reader
+from kbsync.store.edge.store import EdgeStore
+from kbsync.store.edge.relay import socket_path
+from kbsync.store.edge.relay_client import open_reader
 from kbtest import write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))

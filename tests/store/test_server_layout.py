@@ -16,9 +16,9 @@ import pytest
 from qdrant_client import models
 
 from kbsync.store import Point, SparseVec
-from kbsync.store import edge_seal as es
-from kbsync.store import server_query as sq
-from kbsync.store.server import ServerStore
+from kbsync.store.edge import seal as es
+from kbsync.store.server import query as sq
+from kbsync.store.server.store import ServerStore
 
 DIM = 8
 

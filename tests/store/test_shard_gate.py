@@ -1,4 +1,4 @@
-"""Reads of an edge shard run beside its writes (``kbsync.store.shard_gate``, issue 23).
+"""Reads of an edge shard run beside its writes (``kbsync.store.edge.shard_gate``, issue 23).
 
 The engine (qdrant-edge-py 0.9.0) is driven from several threads at once here, as the
 relay and Prefect's task threads drive it: searches, counts, payload fetches and scrolls
@@ -16,9 +16,9 @@ import pytest
 
 from kbsync.errors import StoreError
 from kbsync.store import Filter, Point, SparseVec
-from kbsync.store import edge_seal as es
-from kbsync.store.edge import EdgeStore
-from kbsync.store.shard_gate import ShardGate
+from kbsync.store.edge import seal as es
+from kbsync.store.edge.store import EdgeStore
+from kbsync.store.edge.shard_gate import ShardGate
 
 DIM = 32
 NAMESPACES = 4

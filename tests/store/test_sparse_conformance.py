@@ -16,7 +16,7 @@ import pytest
 
 from kbsync.errors import DimensionMismatch, InvalidVector, StoreError, StoreUnavailable
 from kbsync.store import Filter, Point, SparseVec
-from kbsync.store.server import ServerStore
+from kbsync.store.server.store import ServerStore
 from test_conformance import DIM, INDEXES, fake_qdrant, pid, unit  # noqa: F401 - a fixture
 
 

@@ -2,8 +2,8 @@
 flushing, listing and dropping collections.
 
 Split from ``edge.py`` (which keeps the folder lock, the handles, writes and searches) as a
-base class of :class:`~kbsync.store.edge.EdgeStore`; as there, writes into a shard hold its
-lock and reads pass its gate (:mod:`kbsync.store.shard_gate`).
+base class of :class:`~kbsync.store.edge.store.EdgeStore`; as there, writes into a shard hold its
+lock and reads pass its gate (:mod:`kbsync.store.edge.shard_gate`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any, Iterator
 import qdrant_edge as qe
 
 from kbsync.errors import KbsyncError
-from kbsync.store import edge_query as eq
-from kbsync.store import edge_seal as es
+from kbsync.store.edge import query as eq
+from kbsync.store.edge import seal as es
 from kbsync.store import validate as cv
 from kbsync.store.base import DENSE, Filter, Point
-from kbsync.store.edge_query import errors as _errors
-from kbsync.store.edge_query import to_edge_filter
-from kbsync.store.edge_seal import Shard
+from kbsync.store.edge.query import errors as _errors
+from kbsync.store.edge.query import to_edge_filter
+from kbsync.store.edge.seal import Shard
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def _vector_of(record: Any) -> list[float] | None:
 
 
 class EdgeExtras:
-    """Paging and upkeep of :class:`~kbsync.store.edge.EdgeStore` (see there)."""
+    """Paging and upkeep of :class:`~kbsync.store.edge.store.EdgeStore` (see there)."""
 
     path: Path
     _lock: threading.Lock
@@ -111,7 +111,7 @@ class EdgeExtras:
         """Vacuum deleted points, merge and seal segments (all open collections when ``name``
         is None).
 
-        No HNSW graph is built (``edge_seal.hnsw_config``: m=0). Blocking and
+        No HNSW graph is built (``seal.hnsw_config``: m=0). Blocking and
         GIL-holding, for about a copy of the segments it rewrites: not on a request path.
         Returns whether anything was optimized.
         """

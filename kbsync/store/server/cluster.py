@@ -1,7 +1,7 @@
 """What kbsync asks of a Qdrant server or cluster: collection layout and write ordering.
 
 Read from ``KBSYNC_QDRANT_*`` (:class:`kbsync.settings.Settings`) at the edge and
-handed to :class:`kbsync.store.server.ServerStore`. The layout applies when
+handed to :class:`kbsync.store.server.store.ServerStore`. The layout applies when
 kbsync *creates* a collection; an existing collection keeps its own (Qdrant
 changes shard counts only by re-creating, replication by moving replicas).
 

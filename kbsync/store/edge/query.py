@@ -126,7 +126,7 @@ def index_operations(existing: set[str], keyword_indexes: Sequence[str],
                      memory: Any = None) -> list[Any]:
     """Updates creating the payload indexes not in ``existing`` (``namespace``: tenant;
     integer indexes serve range conditions only: no value lookup), placed at ``memory``
-    in sealed segments (``edge_seal.INDEX_MEMORY``; ``None``: the engine's default)."""
+    in sealed segments (``seal.INDEX_MEMORY``; ``None``: the engine's default)."""
     operations = []
     for key in keyword_indexes:
         if key not in existing:
@@ -183,7 +183,7 @@ def sparse_request(sparse: SparseVec, *, limit: int, edge_filter: Any,
 def dense_request(dense: Sequence[float], *, limit: int, edge_filter: Any,
                   score_threshold: float | None, params: Any,
                   with_payload: bool = True) -> Any:
-    """A dense query request (``params``: ``edge_seal.search_params``, rescoring)."""
+    """A dense query request (``params``: ``seal.search_params``, rescoring)."""
     return qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE),
                            filter=edge_filter, score_threshold=score_threshold, params=params,
                            with_payload=with_payload, with_vector=False)

@@ -8,7 +8,7 @@ failing on its first write.
 
 Prefect runs tasks in threads sharing one store, and the relay serves other processes
 from it. Writes into a shard hold that shard's lock; reads do not wait for them, only
-for a close (:mod:`kbsync.store.shard_gate` says why the engine allows it).
+for a close (:mod:`kbsync.store.edge.shard_gate` says why the engine allows it).
 
 Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
 ``tests/store/test_conformance.py``):
@@ -16,15 +16,15 @@ Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
 - it raises bare ``Exception`` with a message; we translate by message;
 - the shard config is persisted in ``<folder>/edge_config.json`` (documented),
   which is where the dimension of an existing collection is read from;
-- ``MatchValue(True)`` never matches a stored bool (see ``edge_query``, which
+- ``MatchValue(True)`` never matches a stored bool (see ``query``, which
   holds the filter, config and query translation);
 - there is no background optimizer and ``optimize()`` holds the GIL: the store seals
-  its appendable segment itself every ``edge_seal.SEAL_EVERY`` points (immutable,
+  its appendable segment itself every ``seal.SEAL_EVERY`` points (immutable,
   mapped, int8-quantized, no HNSW graph), inside the upsert that fills it, so no
-  single call seals more than one segment's worth (see :mod:`kbsync.store.edge_seal`).
+  single call seals more than one segment's worth (see :mod:`kbsync.store.edge.seal`).
 
 Paging, sealing, optimizing, flushing and dropping collections live in
-:mod:`kbsync.store.edge_extras` (a base class of ``EdgeStore``).
+:mod:`kbsync.store.edge.extras` (a base class of ``EdgeStore``).
 
 Hybrid search: a collection made with ``sparse=True`` has the ``SPARSE``
 vector (IDF modifier) in its ``sparse_vectors``; an older shard gets it added
@@ -42,17 +42,17 @@ from typing import Any, Sequence
 import qdrant_edge as qe
 
 from kbsync import home
-from kbsync.store import diskspace
+from kbsync.store.edge import diskspace
 from kbsync.errors import (DimensionMismatch, KbsyncError, StoreError,
                            StoreFailure, StoreUnavailable)
 from kbsync.store import validate as cv
-from kbsync.store import edge_query as eq
-from kbsync.store import edge_seal as es
-from kbsync.store.edge_extras import EdgeExtras
-from kbsync.store.edge_seal import Shard as _Shard
+from kbsync.store.edge import query as eq
+from kbsync.store.edge import seal as es
+from kbsync.store.edge.extras import EdgeExtras
+from kbsync.store.edge.seal import Shard as _Shard
 from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
-from kbsync.store.edge_query import errors as _errors
-from kbsync.store.edge_query import to_edge_filter
+from kbsync.store.edge.query import errors as _errors
+from kbsync.store.edge.query import to_edge_filter
 
 __all__ = ["EdgeStore", "to_edge_filter"]
 
@@ -91,7 +91,7 @@ class EdgeStore(EdgeExtras):
         self._shards: dict[str, _Shard] = {}
         self._lock = threading.Lock()  # guards _shards and _closed
         self._closed = False
-        self._relay: Any = None  # kbsync.store.relay.RelayServer while serving readers
+        self._relay: Any = None  # kbsync.store.edge.relay.RelayServer while serving readers
         # Under the home's umask from here on: the engine writes its own files (0600).
         home.use_umask()
         try:
@@ -152,7 +152,7 @@ class EdgeStore(EdgeExtras):
 
         Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes;
         ``bool_indexes`` get bool indexes, ``integer_indexes`` range indexes; all mapped in
-        sealed segments (``edge_seal.INDEX_MEMORY``). ``sparse=True`` creates (or adds to an
+        sealed segments (``seal.INDEX_MEMORY``). ``sparse=True`` creates (or adds to an
         existing shard) the IDF sparse vector.
 
         Raises:
@@ -313,11 +313,11 @@ class EdgeStore(EdgeExtras):
     def serve_readers(self, socket_path: Path) -> bool:
         """Serve read-only calls of other processes on ``socket_path`` until :meth:`close`.
 
-        See :mod:`kbsync.store.relay`. A relay that cannot start is logged and
+        See :mod:`kbsync.store.edge.relay`. A relay that cannot start is logged and
         leaves this store working as before (readers then get ``StoreUnavailable``).
         Returns whether the relay runs.
         """
-        from kbsync.store.relay import RelayServer
+        from kbsync.store.edge.relay import RelayServer
 
         if self._relay is None:
             try:

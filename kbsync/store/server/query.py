@@ -140,7 +140,7 @@ def dense_size(info: Any, name: str) -> int:
 
 
 # --- the sealed, quantized layout on a server (issue 23) ----------------------------------
-# The embedded store's choices (kbsync.store.edge_seal), as a server takes them: a segment is
+# The embedded store's choices (kbsync.store.edge.seal), as a server takes them: a segment is
 # indexed and int8-quantized once it holds SEAL_EVERY points' worth of dense vectors, and a
 # dense search rescores OVERSAMPLING x k quantized candidates on the original vectors. A
 # server builds its HNSW graph (its default m=16) in background threads, so unlike the
@@ -149,14 +149,14 @@ def dense_size(info: Any, name: str) -> int:
 
 def optimizers_config(dimension: int) -> models.OptimizersConfigDiff:
     """A new collection's optimizer: index a segment at the embedded store's seal size."""
-    from kbsync.store.edge_seal import seal_threshold_kb
+    from kbsync.store.edge.seal import seal_threshold_kb
 
     return models.OptimizersConfigDiff(indexing_threshold=seal_threshold_kb(dimension))
 
 
 def quantization_config() -> models.ScalarQuantization:
     """int8 scalar quantization of indexed segments, the quantized vectors kept in RAM."""
-    from kbsync.store.edge_seal import QUANTILE
+    from kbsync.store.edge.seal import QUANTILE
 
     return models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
         type=models.ScalarType.INT8, quantile=QUANTILE, always_ram=True))
@@ -164,7 +164,7 @@ def quantization_config() -> models.ScalarQuantization:
 
 def search_params() -> models.SearchParams:
     """Dense search parameters: rescore the quantized candidates on the original vectors."""
-    from kbsync.store.edge_seal import OVERSAMPLING
+    from kbsync.store.edge.seal import OVERSAMPLING
 
     return models.SearchParams(quantization=models.QuantizationSearchParams(
         rescore=True, oversampling=OVERSAMPLING))

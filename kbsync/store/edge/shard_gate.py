@@ -17,7 +17,7 @@ What is still exclusive:
   starts after it fails with ``StoreError``, not with a call into a closed engine.
 
 A seal still stalls readers of this process: ``optimize()`` holds the GIL (see
-:mod:`kbsync.store.edge_seal`).
+:mod:`kbsync.store.edge.seal`).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def warm_mapped_files(folder: Path) -> tuple[int, float]:
     (``tests/bench/store_reopen.py`` has the times). The files are sparse, so this is mostly
     holes, no disk I/O.
 
-    Why the int8 vectors: they are mapped (``edge_seal.QUANTIZED_MEMORY``) and read with
+    Why the int8 vectors: they are mapped (``seal.QUANTIZED_MEMORY``) and read with
     readahead off too, so the first search that scans them after an open faulted them in
     one 4 KiB page at a time: 93k major faults and 2.5-2.9 s at 1M chunks. Asked for here,
     the kernel reads them in large sequential requests while the engine loads (the request

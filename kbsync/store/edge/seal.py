@@ -42,12 +42,12 @@ import qdrant_edge as qe
 from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
-from kbsync.store import diskspace
-from kbsync.store.heap import release_free_heap
-from kbsync.store.edge_check import (is_appendable, require_whole_segments, seal_need,
+from kbsync.store.edge import diskspace
+from kbsync.store.edge.heap import release_free_heap
+from kbsync.store.edge.check import (is_appendable, require_whole_segments, seal_need,
                                      warm_mapped_files)
-from kbsync.store.edge_query import CONFIG_FILE, errors as _errors
-from kbsync.store.shard_gate import ShardGate
+from kbsync.store.edge.query import CONFIG_FILE, errors as _errors
+from kbsync.store.edge.shard_gate import ShardGate
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ def is_sealed_layout(folder: Path) -> bool:
 class Shard:
     """An open shard, its dense dimension, whether it has the sparse vector, the lock
     serialising its writes (and closing), and the gate its reads pass
-    (:mod:`kbsync.store.shard_gate`: reads run beside writes)."""
+    (:mod:`kbsync.store.edge.shard_gate`: reads run beside writes)."""
 
     shard: Any
     dimension: int
@@ -318,13 +318,13 @@ def drop_half_built(folder: Path, name: str) -> int:
 
 
 def load_shard(folder: Path, name: str, config: Any) -> Any:
-    """Open a shard folder with ``config`` (``edge_query.collection_config`` of its
+    """Open a shard folder with ``config`` (``query.collection_config`` of its
     persisted dimension and sparse vector: the engine checks it against the segments and
     rewrites ``edge_config.json``, so an older shard gets the sealed layout and the
     optimizer settings; its segments seal on the next :func:`seal`).
 
     A folder the engine cannot read, or a sealed segment cut short on disk
-    (:mod:`kbsync.store.edge_check`), is ``StoreDrift`` (one line).
+    (:mod:`kbsync.store.edge.check`), is ``StoreDrift`` (one line).
 
     Seen with qdrant-edge-py 0.9.0 on a segment's id tracker overwritten with
     garbage ("Corrupted ID tracker mapping"); a *truncated* id tracker loads and

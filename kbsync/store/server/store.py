@@ -6,7 +6,7 @@
 mode ignores payload indexes (it warns), so none are created there, and it is
 not thread-safe, so calls into it are serialised with a lock.
 
-Vendor exceptions are translated at this boundary (``server_query``, which
+Vendor exceptions are translated at this boundary (``query``, which
 also holds the filter and point translation): connection failures, timeouts,
 429 and 5xx become ``StoreUnavailable`` (retry), dimension errors
 ``DimensionMismatch``, the rest ``StoreError``.
@@ -18,10 +18,10 @@ told to re-create the collection). Dense and sparse queries run apart; hybrid
 search fuses them above the store (:mod:`kbsync.query.fusion`), as for the
 embedded engine.
 
-Against a cluster, :class:`~kbsync.store.cluster.ClusterConfig` gives new
+Against a cluster, :class:`~kbsync.store.server.cluster.ClusterConfig` gives new
 collections their shards, replication and on-disk layout, and every upsert and
 delete its write ordering; every write waits for its result. New collections also get
-the embedded store's segment layout (``server_query.optimizers_config`` and
+the embedded store's segment layout (``query.optimizers_config`` and
 ``quantization_config``: indexed at the seal size, int8 with rescoring on search);
 local mode accepts and ignores both.
 """
@@ -38,10 +38,10 @@ from qdrant_client import QdrantClient, models
 
 from kbsync.errors import DimensionMismatch, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
-from kbsync.store import server_query as sq
+from kbsync.store.server import query as sq
 from kbsync.store.base import DENSE, SPARSE, Filter, Point, ScoredPoint, SparseVec
-from kbsync.store.cluster import ClusterConfig
-from kbsync.store.server_query import to_client_filter
+from kbsync.store.server.cluster import ClusterConfig
+from kbsync.store.server.query import to_client_filter
 
 __all__ = ["ServerStore", "to_client_filter"]
 

@@ -1,6 +1,6 @@
 """Handing the C heap's free pages back to the kernel once a seal is done.
 
-A seal (:func:`kbsync.store.edge_seal.seal`) builds a segment's payload and sparse indexes
+A seal (:func:`kbsync.store.edge.seal.seal`) builds a segment's payload and sparse indexes
 on the C heap, writes them to mapped files and frees them. glibc keeps what was freed in its
 arenas, so a writing process's anonymous memory grew with every seal: at 160k chunks of the
 chunk layout, 362 MiB, against 211 MiB with the free pages returned after each seal

@@ -4,7 +4,7 @@ The embedded engine admits one process per store folder (its WAL lock refuses
 a second ``EdgeShard.load``, and qdrant-edge-py 0.9.0 has no read-only open),
 so while an ingest runs, ``search``, ``stats``, ``ask`` and ``eval`` could not
 open the store. The ingest therefore listens on a Unix domain socket (see
-:mod:`kbsync.store.relay_socket`: where, and the folder and peer checks that keep
+:mod:`kbsync.store.edge.relay_socket`: where, and the folder and peer checks that keep
 another user's socket out; folder 0700, socket 0600, removed on close, a stale
 one from a crashed run replaced) and answers read-only store calls there. Readers
 embed their queries themselves: the ingest only runs store queries, under the
@@ -21,7 +21,7 @@ reply ``{"v": 1, "ok": true, "result": ...}`` or ``{"v": 1, "ok": false,
 server's pid). ``OPS`` lists the other operations: the reads of
 ``VectorStore`` (scroll goes page by page).
 
-The client side is :mod:`kbsync.store.relay_client`.
+The client side is :mod:`kbsync.store.edge.relay_client`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store.base import Condition, Filter, Match, Point, Range, ScoredPoint, SparseVec
-from kbsync.store.relay_socket import SOCKET_NAME, prepare_folder, socket_path  # noqa: F401
+from kbsync.store.edge.relay_socket import SOCKET_NAME, prepare_folder, socket_path  # noqa: F401
 
 log = logging.getLogger(__name__)
 

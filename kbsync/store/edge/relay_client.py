@@ -2,7 +2,7 @@
 
 :func:`open_reader` opens the store folder directly when it is free, and
 otherwise connects to the relay of the process holding it
-(:mod:`kbsync.store.relay`) and returns a :class:`RelayStore`: the read
+(:mod:`kbsync.store.edge.relay`) and returns a :class:`RelayStore`: the read
 methods of ``VectorStore`` forwarded over the socket, the write methods
 refused with ``StoreUnavailable``.
 
@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import kbsync.errors as errors
 from kbsync.errors import KbsyncError, RelayUntrusted, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
-from kbsync.store import relay, relay_socket
+from kbsync.store.edge import relay, relay_socket
 from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def open_reader(store_path: Path, socket_path: Path, *, wait_s: float = OPEN_WAI
         StoreUnavailable: the folder stays locked for ``wait_s`` and its holder
             serves no relay, or the relay fails to answer.
         RelayUntrusted: the relay socket's folder or its server is another user's
-            (see :mod:`kbsync.store.relay_socket`); nothing was read from it.
+            (see :mod:`kbsync.store.edge.relay_socket`); nothing was read from it.
     """
     def connect() -> RelayStore:
         return RelayStore.connect(store_path, socket_path, call_timeout_s=call_timeout_s)
@@ -68,7 +68,7 @@ def open_reader(store_path: Path, socket_path: Path, *, wait_s: float = OPEN_WAI
 
 def _acquire(store_path: Path, socket_path: Path, wait_s: float,
              connect: Callable[[], T]) -> Any:
-    from kbsync.store.edge import EdgeStore
+    from kbsync.store.edge.store import EdgeStore
 
     deadline = time.monotonic() + wait_s
     while True:
