@@ -139,6 +139,20 @@ class Document:
 
 
 @dataclass(frozen=True)
+class SparseVec:
+    """A sparse vector: unique non-negative 32-bit ``indices`` and their finite ``values``.
+
+    An empty vector (no indices) is allowed: it is stored as "no sparse vector"
+    and, as a query, matches nothing. The text floor makes them (BM25 encoders) and the
+    store keeps them, so the type lives here, below both; the store checks the invariant
+    (:func:`kbsync.store.validate.check_sparse`).
+    """
+
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True)
 class Chunk:
     """A piece of a document's Markdown within the token budget."""
 

@@ -45,9 +45,9 @@ from kbsync.errors import KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, Fusion, fuse, fusion_for
 from kbsync.query.llm import ChatModel, chat_model
 from kbsync.catalog.identity import check_query_embedder
-from kbsync.models import SearchHit
+from kbsync.models import SearchHit, SparseVec
 from kbsync.text.sparse import SparseEncoder
-from kbsync.store.base import Filter, ScoredPoint, SparseVec, VectorStore
+from kbsync.store.base import Filter, ScoredPoint, VectorStore
 
 if TYPE_CHECKING:  # the type only
     from kbsync.embed.service import EmbeddingService

@@ -23,15 +23,14 @@ from kbsync.store.base import (
     Point,
     Range,
     ScoredPoint,
-    SparseVec,
     VectorStore,
 )
 
 if TYPE_CHECKING:
     from kbsync.settings import Settings
 
-__all__ = ["DENSE", "SPARSE", "Filter", "Match", "Point", "Range", "ScoredPoint", "SparseVec",
-           "VectorStore", "open_store"]
+__all__ = ["DENSE", "SPARSE", "Filter", "Match", "Point", "Range", "ScoredPoint", "VectorStore",
+           "open_store"]
 
 
 def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorStore:

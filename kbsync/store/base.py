@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
+from kbsync.models import SparseVec  # the type the store keeps; the text floor makes them
+
 DENSE = "dense"
 """Name of the dense vector in every collection."""
 
@@ -81,18 +83,6 @@ class Filter:
     def and_also(self, *conditions: Condition) -> "Filter":
         """This filter plus every one of ``conditions``."""
         return Filter(self.must + tuple(conditions), self.must_not)
-
-
-@dataclass(frozen=True)
-class SparseVec:
-    """A sparse vector: unique non-negative 32-bit ``indices`` and their finite ``values``.
-
-    An empty vector (no indices) is allowed: it is stored as "no sparse vector"
-    and, as a query, matches nothing.
-    """
-
-    indices: list[int]
-    values: list[float]
 
 
 @dataclass

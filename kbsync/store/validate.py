@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from kbsync.errors import DimensionMismatch, InvalidVector, KbsyncError, UsageError
-from kbsync.store.base import Condition, Filter, Match, Point, Range, Scalar, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store.base import Condition, Filter, Match, Point, Range, Scalar
 
 # Collection names become folder names in the edge adapter: keep them to a
 # portable, traversal-free alphabet that a Qdrant server accepts as well.

@@ -53,7 +53,7 @@ from typing import Callable
 import qdrant_edge as qe
 
 from kbsync.errors import UsageError
-from kbsync.store.base import SparseVec
+from kbsync.models import SparseVec
 from kbsync.text import sparse_v1
 from kbsync.text.bm25 import K1, Bm25Params  # K1: re-exported (the tests read it here)
 from kbsync.text.cjk import count_cjk

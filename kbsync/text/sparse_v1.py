@@ -62,9 +62,9 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kbsync.models import SparseVec
 from kbsync.text.bm25 import K1, Bm25Params  # K1: re-exported (the tests read it here)
 from kbsync.text.cjk import CJK_WORD_CHARS
-from kbsync.store.base import SparseVec
 
 SPARSE_VERSION = "bm25-v1"
 """Changes whenever the tokeniser, hashing or weights change."""

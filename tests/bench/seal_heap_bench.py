@@ -26,7 +26,8 @@ WRITER = textwrap.dedent("""
     import json, random, sys, uuid
     import numpy as np
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
-    from kbsync.store import Point, SparseVec
+    from kbsync.models import SparseVec
+    from kbsync.store import Point
     from kbsync.store.edge import seal as edge_seal
     from kbsync.store.edge.store import EdgeStore
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from kbsync.query.fusion import FUSION_DEPTH, fuse, fusion_for
 from kbsync.query.search import with_payloads
-from kbsync.store import Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Point
 from kbsync.store.edge.store import EdgeStore
 
 

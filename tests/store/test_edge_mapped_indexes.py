@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
-from kbsync.store import Filter, Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Filter, Point
 from kbsync.store.edge import check as edge_check
 from kbsync.store.edge import seal as es
 from kbsync.store.base import DENSE, SPARSE

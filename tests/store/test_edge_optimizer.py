@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import qdrant_edge as qe
 
-from kbsync.store import Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Point
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.store.edge.store import EdgeStore
 from kbsync.store.edge.query import CONFIG_FILE

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
-from kbsync.store import Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Point
 from kbsync.store.edge import seal as es
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.store.edge.store import EdgeStore

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kbsync.store.edge import seal as es
-from kbsync.store import Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Point
 from kbsync.store.edge.store import EdgeStore
 from kbsync.store.edge.heap import release_free_heap
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from qdrant_client import models
 
-from kbsync.store import Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Point
 from kbsync.store.edge import seal as es
 from kbsync.store.server import query as sq
 from kbsync.store.server.store import ServerStore

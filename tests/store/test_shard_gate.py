@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from kbsync.errors import StoreError
-from kbsync.store import Filter, Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Filter, Point
 from kbsync.store.edge import seal as es
 from kbsync.store.edge.store import EdgeStore
 from kbsync.store.edge.shard_gate import ShardGate

@@ -15,7 +15,8 @@ import math
 import pytest
 
 from kbsync.errors import DimensionMismatch, InvalidVector, StoreError, StoreUnavailable
-from kbsync.store import Filter, Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Filter, Point
 from kbsync.store.server.store import ServerStore
 from test_conformance import DIM, INDEXES, fake_qdrant, pid, unit  # noqa: F401 - a fixture
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from kbsync.errors import InvalidVector
-from kbsync.store import Point, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store import Point
 from kbsync.store import validate as cv
 
 ID = "00000000-0000-0000-0000-000000000001"

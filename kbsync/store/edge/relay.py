@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
-from kbsync.store.base import Condition, Filter, Match, Point, Range, ScoredPoint, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store.base import Condition, Filter, Match, Point, Range, ScoredPoint
 from kbsync.store.edge.relay_socket import SOCKET_NAME, prepare_folder, socket_path  # noqa: F401
 
 log = logging.getLogger(__name__)

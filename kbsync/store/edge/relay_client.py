@@ -29,7 +29,8 @@ import kbsync.errors as errors
 from kbsync.errors import KbsyncError, RelayUntrusted, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
 from kbsync.store.edge import relay, relay_socket
-from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store.base import Filter, Point, ScoredPoint
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,8 @@ from kbsync.store.edge import query as eq
 from kbsync.store.edge import seal as es
 from kbsync.store.edge.extras import EdgeExtras
 from kbsync.store.edge.seal import Shard as _Shard
-from kbsync.store.base import Filter, Point, ScoredPoint, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store.base import Filter, Point, ScoredPoint
 from kbsync.store.edge.query import errors as _errors
 from kbsync.store.edge.query import to_edge_filter
 

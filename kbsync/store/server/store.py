@@ -39,7 +39,8 @@ from qdrant_client import QdrantClient, models
 from kbsync.errors import DimensionMismatch, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
 from kbsync.store.server import query as sq
-from kbsync.store.base import DENSE, SPARSE, Filter, Point, ScoredPoint, SparseVec
+from kbsync.models import SparseVec
+from kbsync.store.base import DENSE, SPARSE, Filter, Point, ScoredPoint
 from kbsync.store.server.cluster import ClusterConfig
 from kbsync.store.server.query import to_client_filter
 
