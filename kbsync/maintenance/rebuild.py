@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from kbsync.errors import StoreUnavailable, UsageError
 from kbsync.maintenance.rebuild_checks import REBUILD_DELETE_HINT, mass_missing
@@ -52,7 +52,9 @@ from kbsync.ingest.plan import DeleteGuard, plan_root
 from kbsync.catalog.state import StateStore, utc_now
 from kbsync.models import RootSpec, SyncMode
 from kbsync.settings import EmbedProvider, Settings
+from kbsync.ingest.context import IngestContext
 from kbsync.store import active as pointer
+from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +90,39 @@ def existing_collections(settings: Settings) -> list[str]:
     return active.collection_names(settings)
 
 
-def writable_names(store) -> list[str]:
-    """The collection names of the store the rebuild writes.
+@runtime_checkable
+class WritableStore(Protocol):
+    """What a rebuild needs beside :class:`~kbsync.store.base.VectorStore`: list and drop
+    collections. Both adapters have it; a store the embedded engine opened read-only (a
+    relay to the process holding the folder) does not."""
+
+    def collection_names(self) -> list[str]:
+        """Every collection's name."""
+
+    def drop_collection(self, name: str) -> None:
+        """Drop ``name`` (nothing when it does not exist)."""
+
+
+def writable(store: VectorStore) -> WritableStore:
+    """``store``, as one that lists and drops collections.
 
     Raises:
         StoreUnavailable: the embedded store opened read-only (another process holds the
             folder: the rebuild holds the write lock, so a reader that held it briefly).
     """
-    if not hasattr(store, "collection_names"):
+    if not isinstance(store, WritableStore):
         raise StoreUnavailable("the embedded store is held by another process, so the "
                                "rebuild could open it only read-only; run it again")
-    return store.collection_names()
+    return store
+
+
+def writable_names(store: VectorStore) -> list[str]:
+    """The collection names of the store the rebuild writes.
+
+    Raises:
+        StoreUnavailable: see :func:`writable`.
+    """
+    return writable(store).collection_names()
 
 
 def choose_shadow(logical: str, names: list[str], record: pointer.ActiveRecord | None) -> str:
@@ -111,7 +135,7 @@ def choose_shadow(logical: str, names: list[str], record: pointer.ActiveRecord |
     return pointer.shadow_name(logical, names)
 
 
-def live_settings(resolved: Settings, store) -> Settings:
+def live_settings(resolved: Settings, store: VectorStore) -> Settings:
     """The settings that query the live collection: its own embedder (from its identity
     record), whatever the environment now says.
 
@@ -143,7 +167,7 @@ def bound_roots(states: StateStore) -> dict[str, list[str]]:
     return {ns: sorted(specs) for ns, specs in sorted(roots.items())}
 
 
-def plan_rebuild(target: Settings, live: Settings, shadow: str, store,
+def plan_rebuild(target: Settings, live: Settings, shadow: str, store: VectorStore,
                  record: pointer.ActiveRecord | None) -> RebuildPlan:
     """The rebuild's plan (reads the live collection's bindings; writes nothing).
 
@@ -164,11 +188,11 @@ def plan_rebuild(target: Settings, live: Settings, shadow: str, store,
                        live_build=live_build, target_build=active.build_of(target))
 
 
-def prepare_shadow(plan: RebuildPlan, store, *, run_id: str) -> RebuildPlan:
+def prepare_shadow(plan: RebuildPlan, store: VectorStore, *, run_id: str) -> RebuildPlan:
     """Resume the shadow when a crashed rebuild left it with the same build settings,
     else discard it; record the build settings in it. Never touches the live collection."""
     names = writable_names(store)
-    if plan.shadow in names or f"{plan.shadow}_state" in names:
+    if plan.shadow in names or Settings.state_collection_of(plan.shadow) in names:
         built = active.read_build(store, plan.shadow)
         if built == plan.target_build:
             plan.resumed = True
@@ -180,14 +204,20 @@ def prepare_shadow(plan: RebuildPlan, store, *, run_id: str) -> RebuildPlan:
     return plan
 
 
-def discard(store, name: str) -> None:
-    """Drop a collection and its state collection (never the live one: callers check)."""
-    for each in (name, f"{name}_state"):
-        store.drop_collection(each)
+def discard(store: VectorStore, name: str) -> None:
+    """Drop a collection and its state collection (never the live one: callers check).
+
+    Raises:
+        StoreUnavailable: the store is read-only (see :func:`writable`).
+    """
+    admin = writable(store)
+    for each in (name, Settings.state_collection_of(name)):
+        admin.drop_collection(each)
     log.info("discarded collection %s", name)
 
 
-def state_check(plan: RebuildPlan, shadow_rt, live_rt) -> dict[str, Any]:
+def state_check(plan: RebuildPlan, shadow_rt: IngestContext,
+                live_rt: IngestContext) -> dict[str, Any]:
     """Does the shadow's state match the shares and the LIVE collection? (writes nothing)
 
     It matches when a full-mode plan of every root against the shadow finds nothing
@@ -256,7 +286,7 @@ def decide(live: dict[str, Any], shadow: dict[str, Any], *, max_drop: float,
     return {"swap": not reasons, "max_drop": max_drop, "modes": modes, "reasons": reasons}
 
 
-def swap(plan: RebuildPlan, settings: Settings, store) -> dict[str, Any]:
+def swap(plan: RebuildPlan, settings: Settings, store: VectorStore) -> dict[str, Any]:
     """Make the shadow active and the live collection previous, atomically; then drop the
     collection that was previous before (the only rollback target is the one just
     replaced). Returns the new pointer record as JSON."""
@@ -273,7 +303,7 @@ def swap(plan: RebuildPlan, settings: Settings, store) -> dict[str, Any]:
     return asdict(record)
 
 
-def rollback(settings: Settings, store=None) -> dict[str, Any]:
+def rollback(settings: Settings, store: VectorStore | None = None) -> dict[str, Any]:
     """Serve the previous collection again (the active one becomes previous).
 
     ``store``: an open server store (aliases), or ``None`` (the embedded engine's
@@ -291,7 +321,7 @@ def rollback(settings: Settings, store=None) -> dict[str, Any]:
     if record is None or record.previous is None:
         raise UsageError(f"collection {settings.logical_collection}: nothing to roll back to "
                          "(no rebuild has swapped it, or its previous collection is gone)")
-    names = store.collection_names() if store is not None else existing_collections(settings)
+    names = writable_names(store) if store is not None else existing_collections(settings)
     if record.previous not in names:
         raise UsageError(f"collection {settings.logical_collection}: the previous collection "
                          f"{record.previous} no longer exists")
@@ -300,7 +330,7 @@ def rollback(settings: Settings, store=None) -> dict[str, Any]:
     return asdict(new)
 
 
-def restore(settings: Settings, name: str, store) -> dict[str, Any]:
+def restore(settings: Settings, name: str, store: VectorStore) -> dict[str, Any]:
     """Point the logical collection at ``name`` again (a lost or deleted pointer).
 
     ``name``: the logical collection itself or one of its generations
@@ -328,9 +358,10 @@ def restore(settings: Settings, name: str, store) -> dict[str, Any]:
     return asdict(record)
 
 
-def _write(record: pointer.ActiveRecord, settings: Settings, store) -> None:
-    if store is not None and hasattr(store, "client"):
-        pointer.swap_aliases(store.client, record.logical, active=record.active,
+def _write(record: pointer.ActiveRecord, settings: Settings, store: VectorStore | None) -> None:
+    client = getattr(store, "client", None)  # a server store's aliases; else the pointer file
+    if client is not None:
+        pointer.swap_aliases(client, record.logical, active=record.active,
                              previous=record.previous)
     else:
         pointer.write_pointer(settings.home, record)
