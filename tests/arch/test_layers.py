@@ -7,7 +7,11 @@ Layers, lowest first (a module may import its own wing and any lower layer):
    ``kbsync.retrying``, ``kbsync.home``
 1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``;
    a floor uses another only through its interface (``*.base``) or the text tools,
-   and the store none of them (it stores: the ground floor only)
+   the store none of them (it stores: the ground floor only), and the text tools not
+   the store (the sparse vector they make is a ground-floor record, ``kbsync.models``).
+   Inside the store, the shared modules (interface, validation, active pointer) sit
+   beneath its two adapters, ``kbsync.store.edge`` and ``kbsync.store.server``, and
+   load neither at import; the adapters never import each other at import time
 2. ``kbsync.catalog``: what a collection is
 3. the sibling wings ``kbsync.ingest`` and ``kbsync.query``: neither imports the other
 4. ``kbsync.eval`` (never ``kbsync.ingest``)   5. ``kbsync.maintenance``
@@ -43,10 +47,17 @@ LAYERS = {
 FLOORS = {"kbsync.text", "kbsync.convert", "kbsync.embed", "kbsync.store"}
 NEVER = {"kbsync.eval": {"kbsync.ingest"},
          # The store stores: it never embeds, chunks or reads text (the ground floor only).
-         "kbsync.store": {"kbsync.text", "kbsync.embed", "kbsync.convert"}}
+         "kbsync.store": {"kbsync.text", "kbsync.embed", "kbsync.convert"},
+         # SparseVec is a ground-floor record: the text tools make them, the store keeps them.
+         "kbsync.text": {"kbsync.store"}}
 """Imports the layers would allow but the architecture forbids (wing -> wings)."""
 STARTS_RUNS = "kbsync.app"
 """The one part of kbsync/ that may import ``tasks`` and ``flows`` (lazily): the CLI."""
+STORE_ADAPTERS = ("kbsync.store.edge", "kbsync.store.server")
+"""The store's rooms: the embedded adapter (engine, relay, disk space) and the server adapter.
+Every other module of ``kbsync/store/`` is shared by both (``base``, ``validate``, ``active``)."""
+MAX_LINES = 450
+"""No module of the code grows past this (the house's rule: ~400, at most 450)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -185,3 +196,41 @@ def test_no_module_of_kbsync_imports_tasks_or_flows_but_the_cli() -> None:
                     _wing(module) != STARTS_RUNS or eager):
                 wrong.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+def _adapter(module: str) -> str | None:
+    return next((a for a in STORE_ADAPTERS if module == a or module.startswith(a + ".")), None)
+
+
+def test_the_store_adapters_stand_apart_on_a_shared_floor() -> None:
+    """Importing the interface loads no engine: the shared modules of ``kbsync/store/``
+    import an adapter only inside a function (``open_store``, the active pointer on a
+    server), and one adapter imports the other only so (the server's collections take
+    the embedded store's seal layout, ``kbsync.store.edge.seal``)."""
+    known = _modules()
+    wrong = []
+    for module, path in sorted(known.items()):
+        if not (module == "kbsync.store" or module.startswith("kbsync.store.")):
+            continue
+        home = _adapter(module)
+        for target, line, eager in _imports(path, known):
+            to = _adapter(target)
+            if to and to != home and eager:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {target}")
+    assert not wrong, "the store's shared floor or an adapter loads another adapter:\n" + \
+        "\n".join(wrong)
+
+
+def test_the_store_rooms_exist() -> None:
+    """The table above names real packages (a rename must update it)."""
+    known = _modules()
+    assert all(a in known for a in STORE_ADAPTERS), [a for a in STORE_ADAPTERS if a not in known]
+
+
+def test_no_module_is_longer_than_the_house_allows() -> None:
+    """Modules of a few hundred lines (docs/development.md, Layout): one over ``MAX_LINES``
+    is split along a seam (as ``kbsync.text.budget`` left ``kbsync.text.chunk``)."""
+    long = sorted(f"{path.relative_to(ROOT)}: {n} lines"
+                  for path in _modules().values()
+                  if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES)
+    assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
