@@ -6,8 +6,9 @@
 - a root runs as an ``ingest-root`` subflow on the configured task runner
   (threads, or Dask); a root with failed files ends its subflow Failed, and the
   parent still gets its summary (it rides on :class:`~kbsync.errors.FilesFailed`);
-- the write lock is :func:`tasks.locking.run_lock` (a Prefect concurrency limit
-  on a Qdrant server, and the lock file);
+- the write lock is the flow's lock decision (:func:`tasks.locking.flow_locks`, or the
+  :class:`~kbsync.catalog.lock.WriteLocks` the flow passes): a Prefect concurrency
+  limit on a Qdrant server, and the lock file;
 - progress is a Prefect progress artifact per root.
 
 On Dask process workers with the embedded store (which admits one process per
@@ -30,6 +31,7 @@ from prefect.futures import wait
 from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
+from kbsync.catalog.lock import WriteLocks
 from kbsync.errors import FilesFailed
 from kbsync.ingest import steps
 from kbsync.ingest.executor import CONTEXT
@@ -38,7 +40,7 @@ from kbsync.models import RootSpec
 from kbsync.settings import Settings
 from tasks.artifacts import report_progress, start_progress
 from tasks.ingest_tasks import TASK_OF
-from tasks.locking import run_lock
+from tasks.locking import flow_locks
 from tasks.resources import release, runtime_for
 from tasks.runners import build_task_runner, workers_reach_store
 
@@ -98,8 +100,11 @@ class PrefectExecutor:
     ``replay``; the ingest flow's ``namespace:NS``), so the UI's tag filters find them."""
 
     def __init__(self, settings: Settings, run_tags: tuple[str, ...] = (), *,
-                 chooses_model: bool = False) -> None:
+                 chooses_model: bool = False, locks: WriteLocks | None = None) -> None:
+        """``locks``: the flow's lock decision, carried to :meth:`write_lock` (default:
+        :func:`tasks.locking.flow_locks`, the flows' rule)."""
         self.run_tags = (*type(self).run_tags, *run_tags)
+        self.locks = locks if locks is not None else flow_locks(settings)
         self._progress: dict[str, Any] = {}  # a root's progress artifact, by root name
         self._chooses = chooses_model
         self._target(settings)
@@ -198,8 +203,9 @@ class PrefectExecutor:
         return outcome
 
     def write_lock(self, namespace: str) -> AbstractContextManager:
-        """The run-wide write lock (see :func:`tasks.locking.run_lock`)."""
-        return run_lock(self.settings, namespace)
+        """The run-wide write lock: the flow's decision held (taken before a model is
+        chosen, so the settings it was decided with name the lock)."""
+        return self.locks.hold(namespace, "ingest")
 
     def progress(self, root: str, total: int) -> Callable[[int], None]:
         """A Prefect progress artifact for the root's batches, updated at each tenth and at

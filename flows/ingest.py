@@ -26,6 +26,7 @@ from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
 from kbsync.settings import load_settings
 from tasks.artifacts import publish_refusal, publish_summary
+from tasks.locking import flow_locks
 from tasks.events import sync_finished
 from tasks.resources import release
 from tasks.run_names import ingest_run_name
@@ -81,8 +82,9 @@ def ingest(
         run_id=str(flow_run.get_id() or new_run_id()))
     # A new collection's model follows its shares' language, chosen once by the runner under
     # the write lock (kbsync.ingest.model_choice); the executor then runs with it.
+    # The flow is the front door: it decides the write lock once (kbsync.catalog.lock).
     executor = PrefectExecutor(settings, run_tags=(f"namespace:{namespace}",),
-                               chooses_model=True)
+                               chooses_model=True, locks=flow_locks(settings))
     try:
         summary = run_ingest(request, executor)
     except KbsyncError as exc:  # a refusal or an outage: the run ends Failed on it, summarised

@@ -32,8 +32,9 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from kbsync.app.locks import write_locks
 from kbsync.errors import UsageError
-from kbsync.catalog.lock import DistributedLock, ingest_lock
+from kbsync.catalog.lock import DistributedLock, WriteLocks
 from kbsync.models import DocStatus, PlanAction, SourceFile
 from kbsync.settings import Settings, load_settings
 from kbsync.store.base import Filter
@@ -106,10 +107,13 @@ class KnowledgeBase:
     Not thread-safe; use one instance per thread, or the module functions.
     Close it (or use ``with``) to release the store.
 
-    Writes hold the ingest's write lock (:func:`kbsync.catalog.lock.ingest_lock`). Against a
-    Qdrant server written from several machines, pass ``distributed_lock`` (the flows' own,
-    ``tasks.locking.prefect_limit``) so writers elsewhere are excluded too; without it the
-    lock file excludes writers on this machine only.
+    Writes (``add_text``, ``delete``) hold the ingest's write lock with the doors' one
+    decision, made once here (:func:`kbsync.app.locks.write_locks`): against a Qdrant
+    server, or with ``PREFECT_API_URL`` set, the flows' Prefect limit is taken first
+    (:mod:`kbsync.catalog.lock`), so writers on other machines are excluded too.
+    ``distributed_lock`` replaces that limit with another
+    :class:`~kbsync.catalog.lock.DistributedLock` (taken against a server store only,
+    like the limit).
     """
 
     def __init__(self, settings: Settings | None = None, *,
@@ -119,7 +123,9 @@ class KnowledgeBase:
         # The collection a rebuild made active, with its own model (kbsync.catalog.active).
         self.settings = resolve(settings or load_settings())
         self._runtime: Runtime | None = None
-        self._distributed_lock = distributed_lock
+        # The door's one lock decision, carried to every write below (kbsync.catalog.lock).
+        self._locks = (WriteLocks(self.settings, distributed=distributed_lock)
+                       if distributed_lock is not None else write_locks(self.settings))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> "KnowledgeBase":
@@ -144,11 +150,6 @@ class KnowledgeBase:
 
             self._runtime.service = build_embedding_service(self.settings)
         return self._runtime
-
-    def _lock(self, namespace: str):
-        """The ingest's write lock (the one policy), with the injected distributed lock."""
-        return ingest_lock(self.settings, namespace, purpose="add_text",
-                           distributed=self._distributed_lock)
 
     # -- actions -----------------------------------------------------------------------------
     def add_text(self, text: str, doc_id: str, namespace: str = "default", *,
@@ -179,7 +180,7 @@ class KnowledgeBase:
                             content_hash=hashlib.sha256(data).hexdigest())
         request = TextRequest(source=source, text=text, title=title or _title(text, doc_id),
                               namespace=namespace, run_id=f"api-{uuid.uuid4()}")
-        done = ingest_text(request, InProcess(runtime, write_lock=self._lock))
+        done = ingest_text(request, InProcess(runtime, locks=self._locks, purpose="add_text"))
         counters = done.counters
         statuses: dict[PlanAction, AddStatus] = {
             PlanAction.NEW: "added", PlanAction.CHANGED: "updated",
@@ -259,7 +260,7 @@ class KnowledgeBase:
         from kbsync.ingest.write import delete_documents
 
         runtime = self._open(embed=False)
-        with self._lock(namespace):
+        with self._locks.hold(namespace, "delete"):
             previous = runtime.states.get(namespace, doc_id)
             chunks = 0
             if runtime.store.collection_dimension(runtime.collection) is not None:

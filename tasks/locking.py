@@ -21,7 +21,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.exceptions import MissingContextError, ObjectNotFound
 
 from kbsync.errors import LockHeld
-from kbsync.catalog.lock import ingest_lock
+from kbsync.catalog.lock import WriteLocks
 from kbsync.settings import Settings
 
 
@@ -78,13 +78,18 @@ def prefect_limit(settings: Settings, namespace: str, *, purpose: str = "ingest"
         yield
 
 
+def flow_locks(settings: Settings) -> WriteLocks:
+    """The flows' lock decision: the lock file, and on a Qdrant server this Prefect limit
+    first (:mod:`kbsync.catalog.lock`'s rule; a flow always has a Prefect API)."""
+    return WriteLocks(settings, distributed=prefect_limit)
+
+
 def run_lock(settings: Settings, namespace: str, *, purpose: str = "ingest"
              ) -> AbstractContextManager[None]:
-    """The write lock of one run (:func:`kbsync.catalog.lock.ingest_lock`) with the Prefect
-    limit injected: on a Qdrant server the limit, then the lock file; on the embedded
-    engine the lock file only.
+    """The write lock of one run: :func:`flow_locks` held for ``namespace``. On a Qdrant
+    server the limit, then the lock file; on the embedded engine the lock file only.
 
     Args:
         purpose: recorded in the lock file, so a refused writer can name it.
     """
-    return ingest_lock(settings, namespace, purpose=purpose, distributed=prefect_limit)
+    return flow_locks(settings).hold(namespace, purpose)

@@ -81,11 +81,11 @@ def run_rebuild(args, settings) -> int:
 def _rollback(args, settings) -> int:
     import time
 
+    from kbsync.app.locks import write_locks
     from kbsync.maintenance.rebuild import rollback
-    from kbsync.catalog.lock import ingest_lock
 
     started = time.perf_counter()
-    with ingest_lock(settings, args.namespace, purpose="rollback"):
+    with write_locks(settings).hold(args.namespace, "rollback"):  # the door's one decision
         pointer = rollback(settings)
     data = {"rolled_back": True, "pointer": pointer,
             "duration_s": round(time.perf_counter() - started, 3)}
@@ -97,11 +97,11 @@ def _rollback(args, settings) -> int:
 
 
 def _restore(args, settings) -> int:
+    from kbsync.app.locks import write_locks
     from kbsync.maintenance.rebuild import restore
-    from kbsync.catalog.lock import ingest_lock
     from kbsync.store import open_store
 
-    with ingest_lock(settings, args.namespace, purpose="restore"):
+    with write_locks(settings).hold(args.namespace, "restore"):  # the door's one decision
         store = open_store(settings)
         try:
             pointer = restore(settings, args.restore, store)

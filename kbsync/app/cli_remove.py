@@ -2,8 +2,8 @@
 
 On a terminal it shows what would go and asks; without a terminal it needs
 ``--yes`` (exit 2 otherwise, nothing removed). It takes the ingest's write lock
-(on a Qdrant server also the Prefect global concurrency limit, when
-``PREFECT_API_URL`` names a Prefect server), so it never interleaves with an
+with the doors' one decision (:func:`kbsync.app.locks.write_locks`: on a Qdrant
+server also the Prefect global concurrency limit), so it never interleaves with an
 ingest. The work is :mod:`kbsync.ingest.remove`.
 
 After ``kbsync rebuild`` swapped, a removal applies to the previous collection too (the
@@ -13,7 +13,6 @@ brings back what was removed.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -72,9 +71,10 @@ def run_remove(args, settings) -> int:
     if not args.yes and not _confirm(planned, target):
         return _report(args, Removal(settings.collection, target.namespace, target.root),
                        "not confirmed: nothing was removed", confirmed=False)
+    from kbsync.app.locks import write_locks
     from kbsync.store import open_store
 
-    with _write_lock(settings, target.namespace):
+    with write_locks(settings).hold(target.namespace, "remove"):
         store = open_store(settings)
         try:
             removed = remove(store, collection=settings.collection,
@@ -123,20 +123,6 @@ def _confirm(planned: Removal, target: Target) -> bool:
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
-
-
-def _write_lock(settings, namespace: str):
-    """The ingest's write lock for ``namespace`` (the one policy of
-    :func:`kbsync.catalog.lock.ingest_lock`), with Prefect's limit injected against a
-    Qdrant server when a Prefect API is configured (see module doc)."""
-    from kbsync.catalog.lock import ingest_lock
-
-    distributed = None
-    if settings.qdrant_url and os.environ.get("PREFECT_API_URL"):
-        from tasks.locking import prefect_limit  # imported late: Prefect's import costs seconds
-
-        distributed = prefect_limit
-    return ingest_lock(settings, namespace, purpose="remove", distributed=distributed)
 
 
 def _report(args, removal: Removal, line: str, *, confirmed: bool = True,

@@ -2,7 +2,8 @@
 
 Plain library code (no Prefect server): :func:`kbsync.maintenance.verify.verify` reads every
 chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.maintenance.repair.repair`
-under the ingest write lock. Exit 0: no drift (after ``--repair``: none left);
+under the ingest write lock, with the door's one lock decision
+(:func:`kbsync.app.locks.write_locks`, passed to every repair step). Exit 0: no drift (after ``--repair``: none left);
 3: drift found (after ``--repair``: drift left, e.g. documents whose file is gone).
 """
 
@@ -34,14 +35,17 @@ def run_verify(args, settings) -> int:
         # Nothing was ever stored here; reading must not create the store's folders.
         report, result, after = VerifyReport(settings.collection, False, {}), None, None
     else:
+        from kbsync.app.locks import write_locks
+
+        locks = write_locks(settings)  # the door decides once; every repair step holds it
         runtime = Runtime.open(settings, with_embedder=args.repair)
         try:
             aside = None
             if args.repair:
                 from kbsync.maintenance.repair import set_aside_damaged
 
-                aside = set_aside_damaged(runtime)
-            _removals(runtime, args, removals)  # before verify: never rebuild what goes
+                aside = set_aside_damaged(runtime, locks=locks)
+            _removals(runtime, args, removals, locks)  # before verify: never rebuild what goes
             report = verify(runtime.store, collection=settings.collection,
                             state_collection=settings.state_collection,
                             namespace=args.namespace)
@@ -49,7 +53,7 @@ def run_verify(args, settings) -> int:
             if args.repair and report.drifted():
                 from kbsync.maintenance.repair import repair
 
-                result, after = repair(runtime, report, namespace=args.namespace)
+                result, after = repair(runtime, report, namespace=args.namespace, locks=locks)
                 result.set_aside = str(aside) if aside else None
         finally:
             runtime.close()
@@ -65,13 +69,13 @@ def run_verify(args, settings) -> int:
     return EXIT_PARTIAL if data["remaining"] or data["pending_removals"] else EXIT_OK
 
 
-def _removals(runtime, args, removals: dict) -> None:
+def _removals(runtime, args, removals: dict, locks) -> None:
     """Interrupted ``kbsync remove`` runs: finished with ``--repair``, else reported."""
     from kbsync.ingest.remove import pending
     from kbsync.maintenance.repair import finish_removals
 
     if args.repair:
-        removals["removals_finished"] = finish_removals(runtime, args.namespace)
+        removals["removals_finished"] = finish_removals(runtime, args.namespace, locks=locks)
         return
     removals["pending_removals"] = [
         {"namespace": t.namespace, "root": t.root} for t in pending(

@@ -1,22 +1,41 @@
-"""The one lock policy: every writer of a collection holds :func:`ingest_lock`.
+"""The one lock policy: every writer of a collection holds a :class:`WriteLocks`' lock.
 
 The rule, for ingest, ``add_text``, ``delete``, ``remove``, ``verify --repair``, rebuild,
 rollback and restore alike:
 
-1. the lock file of :func:`ingest_lock_path` is always taken: per (logical collection,
+1. **The front door decides, once.** Whether the distributed lock is taken is decided by
+   the door a write comes in through, and only there: ``kbsync.app.locks.write_locks``
+   for the CLI and the Python API (the distributed lock when a server store,
+   ``KBSYNC_QDRANT_URL``, or a Prefect API, ``PREFECT_API_URL``, is in use), and
+   :func:`tasks.locking.flow_locks` for the flows (always: a flow runs under a Prefect
+   API). The decision is a :class:`WriteLocks` value; the executor (``InProcess``,
+   ``PrefectExecutor``) and every writer below it (the runner, repair, removal, rollback,
+   restore) receive it and call :meth:`WriteLocks.hold`, never :func:`ingest_lock` or an
+   environment variable of their own. kbsync never imports Prefect: the Prefect limit
+   (:func:`tasks.locking.prefect_limit`) is injected.
+2. The lock file of :func:`ingest_lock_path` is always taken: per (logical collection,
    namespace) on a Qdrant server, one for the whole store on the embedded engine (it
-   admits one process per folder);
-2. on a Qdrant server, a distributed lock excluding writers on other machines is taken
-   first, when the caller injects one (``distributed``: the Prefect global concurrency
-   limit of :func:`tasks.locking.prefect_limit`; kbsync never imports Prefect, so the flows,
-   the CLI and the Python API pass it in);
-3. on the embedded engine no distributed lock is taken: one machine, one lock file.
+   admits one process per folder).
+3. On a Qdrant server, the distributed lock the door decided on is taken first.
+4. On the embedded engine no distributed lock is taken, whatever the door decided: one
+   machine, one lock file.
 
 Both wait ``KBSYNC_LOCK_TIMEOUT_S`` (0: refuse at once) and refuse with
-:class:`~kbsync.errors.LockHeld` naming the holder. Not reentrant. Limits: without an
-injected distributed lock, a server collection is guarded on this machine only.
-Tested by ``tests/ingest/test_lock.py``, ``tests/ingest/test_sec_lock_holder.py`` and
-``tests/flows/test_run_lock.py``.
+:class:`~kbsync.errors.LockHeld` naming the holder. Not reentrant.
+
+Limits: the door reads ``PREFECT_API_URL`` from the environment only (a Prefect profile
+naming an API is not seen: a server store still decides it). Without ``PREFECT_API_URL``
+Prefect serves the limit from its temporary local server (started on first use, 10-30 s),
+which excludes writers of this machine only, as the lock file does; a shared Prefect
+server is what makes the limit reach other machines. A library caller that passes no
+:class:`WriteLocks` (``run_plain``, ``repair``) gets the lock file alone, and is refused
+against a server store (:func:`given_or_embedded`): an unguarded server write is never
+chosen silently.
+
+Tested by ``tests/ingest/test_lock_doors.py`` (every door serialised, the decision
+carried to every writer), ``tests/ingest/test_lock.py``,
+``tests/ingest/test_sec_lock_holder.py``, ``tests/flows/test_run_lock.py`` (the Prefect
+limit) and ``tests/arch/test_layers.py`` (only the doors decide).
 
 The lock file is locked with ``flock`` through the ``filelock`` library; the OS releases it
 when the holder dies, so a crashed (even SIGKILLed) run never leaves it stuck. The holder
@@ -50,11 +69,11 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from filelock import FileLock, Timeout
 
-from kbsync.errors import LockHeld
+from kbsync.errors import LockHeld, UsageError
 from kbsync.home import current_access, make_dir, open_home
 from kbsync.settings import Settings
 
@@ -135,10 +154,55 @@ class DistributedLock(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class WriteLocks:
+    """A front door's lock decision, carried to every writer below it (module docstring).
+
+    ``distributed`` is the door's decision: the lock of writers on other machines (the
+    Prefect limit), or ``None`` (the lock file alone). Built by the doors only
+    (``kbsync.app.locks.write_locks``, :func:`tasks.locking.flow_locks`); writers call
+    :meth:`hold`.
+    """
+
+    settings: Settings
+    distributed: DistributedLock | None = None
+
+    def hold(self, namespace: str, purpose: str = "ingest") -> AbstractContextManager[None]:
+        """Hold the write lock of ``namespace`` (:func:`ingest_lock` with the decision).
+
+        Raises:
+            LockHeld: another writer holds either lock past ``settings.lock_timeout_s``.
+        """
+        return ingest_lock(self.settings, namespace, purpose=purpose,
+                           distributed=self.distributed)
+
+    def for_purpose(self, purpose: str) -> Callable[[str], AbstractContextManager[None]]:
+        """``namespace -> lock``: :meth:`hold` with ``purpose``, for an executor."""
+        return lambda namespace: self.hold(namespace, purpose)
+
+
+def given_or_embedded(locks: WriteLocks | None, settings: Settings) -> WriteLocks:
+    """``locks``; or, when a library caller passed none, the lock file alone on the
+    embedded engine (where the rule takes nothing more).
+
+    Raises:
+        UsageError: none was passed and the store is a Qdrant server: only a front door
+            may decide whether its writers on other machines are excluded.
+    """
+    if locks is not None:
+        return locks
+    if settings.qdrant_url:
+        raise UsageError("writing a Qdrant server needs the front door's lock decision: pass "
+                         "locks=kbsync.app.locks.write_locks(settings)")
+    return WriteLocks(settings)
+
+
 @contextmanager
 def ingest_lock(settings: Settings, namespace: str, *, purpose: str = "ingest",
                 distributed: DistributedLock | None = None) -> Iterator[None]:
     """Hold the write lock of a collection and namespace: the one policy (module docstring).
+
+    Writers call :meth:`WriteLocks.hold`, which carries their door's ``distributed``.
 
     Args:
         purpose: recorded in the lock file (``ingest``, ``remove``, ``rebuild``...), so a

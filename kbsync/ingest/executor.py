@@ -8,6 +8,10 @@ root as a subflow. Both see the same calls, so the rules are the same.
 
 A step's argument :data:`CONTEXT` stands for the live
 :class:`~kbsync.ingest.context.IngestContext` of the process that runs it.
+
+The write lock is carried, not decided: an executor holds the
+:class:`~kbsync.catalog.lock.WriteLocks` its front door decided on
+(:mod:`kbsync.catalog.lock`) and :meth:`Executor.write_lock` holds it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
+from kbsync.catalog.lock import WriteLocks
 from kbsync.ingest.context import IngestConfig, IngestContext
 from kbsync.models import RootSpec
 from kbsync.text.chunk import ChunkConfig
@@ -65,7 +70,7 @@ class Executor(Protocol):
         """Run one root's part of the ingest (``body``) and return its summary dict."""
 
     def write_lock(self, namespace: str) -> AbstractContextManager:
-        """The run-wide write lock of ``namespace``."""
+        """The run-wide write lock of ``namespace``: the door's decision, held."""
 
     def choose_model(self, roots: Sequence[RootSpec], *, dry_run: bool) -> None:
         """Under the write lock, before any check: a new collection's model, chosen once
@@ -81,16 +86,19 @@ class InProcess:
 
     Args:
         ctx: the live collaborators.
-        write_lock: ``namespace -> context manager``; default: none (the caller
-            holds the lock, e.g. ``add_text`` under its own).
+        locks: the front door's lock decision, held by :meth:`write_lock` with ``purpose``.
+        purpose: what the lock file records (``ingest``, ``add_text``...).
+        write_lock: ``namespace -> context manager`` instead of ``locks`` (a caller with
+            its own, e.g. a rebuild's); with neither, none (the caller holds the lock).
     """
 
-    def __init__(self, ctx: IngestContext, *,
+    def __init__(self, ctx: IngestContext, *, locks: WriteLocks | None = None,
+                 purpose: str = "ingest",
                  write_lock: Callable[[str], AbstractContextManager] | None = None) -> None:
         self.ctx = ctx
         self.config = ctx.config
         self.chunk_config = ctx.chunk_config
-        self._write_lock = write_lock
+        self._write_lock = locks.for_purpose(purpose) if locks is not None else write_lock
 
     def call(self, step: Callable[..., T], *args: Any, label: str = "") -> T:
         """Run ``step`` now."""
@@ -110,7 +118,7 @@ class InProcess:
         return body()
 
     def write_lock(self, namespace: str) -> AbstractContextManager:
-        """The lock given at construction, or none."""
+        """The lock given at construction (the door's decision), or none."""
         from contextlib import nullcontext
 
         return self._write_lock(namespace) if self._write_lock else nullcontext()

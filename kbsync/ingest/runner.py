@@ -33,7 +33,7 @@ from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.context import IngestContext, RunContext
 from kbsync.ingest.discover import iter_batches
 from kbsync.ingest.executor import CONTEXT, Executor, InProcess
-from kbsync.catalog.lock import ingest_lock
+from kbsync.catalog.lock import WriteLocks, given_or_embedded
 from kbsync.ingest.plan import DeleteGuard, RootPlan
 from kbsync.ingest.stages import StageResult
 from kbsync.ingest.summary import IngestSummary, Tally, new_run_id
@@ -219,20 +219,23 @@ def run_plain(
     roots: Sequence[RootSpec], *, runtime: RunContext, namespace: str = "default",
     mode: SyncMode = SyncMode.INCREMENTAL, force: bool = False, dry_run: bool = False,
     include: Sequence[str] = (), exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
-    rebind: bool = False,
+    rebind: bool = False, locks: WriteLocks | None = None,
 ) -> IngestSummary:
-    """The whole ingest in this thread, without Prefect, under the file write lock.
+    """The whole ingest in this thread, without Prefect, under the write lock.
 
     Args:
-        runtime: an open :class:`kbsync.runtime.Runtime` (its ``settings``
-            name the lock file).
+        runtime: an open :class:`kbsync.runtime.Runtime`.
+        locks: the front door's lock decision (``kbsync.app.locks.write_locks``); without
+            it, the lock file of ``runtime.settings`` alone, on the embedded engine only
+            (:func:`kbsync.catalog.lock.given_or_embedded`).
     Raises:
+        UsageError: no ``locks`` against a Qdrant server.
         As :func:`run_ingest`.
     """
     request = IngestRequest(roots=tuple(roots), namespace=namespace, mode=mode, force=force,
                             dry_run=dry_run, include=tuple(include), exclude=tuple(exclude),
                             guard=guard, rebind=rebind)
-    executor = InProcess(runtime, write_lock=lambda ns: ingest_lock(runtime.settings, ns))
+    executor = InProcess(runtime, locks=given_or_embedded(locks, runtime.settings))
     return run_ingest(request, executor)
 
 

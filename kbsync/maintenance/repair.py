@@ -3,7 +3,10 @@
 The order of the steps is what makes it safe (each can be interrupted and run again):
 
 1. the ingest write lock is held throughout, so no ingest writes meanwhile, and the
-   configured embedder is checked against the collection's (``kbsync.catalog.identity``);
+   configured embedder is checked against the collection's (``kbsync.catalog.identity``).
+   The lock is the front door's decision (``locks``, a
+   :class:`~kbsync.catalog.lock.WriteLocks`: ``kbsync verify --repair`` passes
+   ``kbsync.app.locks.write_locks``), never one made here;
 2. a missing chunk collection is re-created (empty);
 3. orphan points (no record of any kind names their document) are deleted;
 4. every drifted document's record is marked for reprocessing
@@ -41,7 +44,7 @@ from kbsync.ingest.discover import discover, iter_batches
 from kbsync.errors import StoreDrift
 from kbsync.ingest.runner import process_batch
 from kbsync.ingest.summary import Count, new_run_id
-from kbsync.catalog.lock import ingest_lock
+from kbsync.catalog.lock import WriteLocks, given_or_embedded
 from kbsync.models import DocState, RootSpec
 from kbsync.catalog.state import REPAIR_FINGERPRINT
 from kbsync.ingest.classify import plan_files
@@ -72,35 +75,40 @@ class RepairResult:
                 "set_aside": self.set_aside}
 
 
-def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None = None
-           ) -> tuple[RepairResult, VerifyReport]:
+def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None = None,
+           locks: WriteLocks | None = None) -> tuple[RepairResult, VerifyReport]:
     """Fix the drift in ``report`` (see the module docstring for the order and its limits).
 
     Args:
         runtime: an open :class:`kbsync.runtime.Runtime` with its embedding service.
         report: what :func:`kbsync.maintenance.verify.verify` found.
         namespace: the namespace ``report`` was limited to (``None``: all).
+        locks: the front door's lock decision (none: the lock file, embedded store only).
 
     Returns:
         What was done, and a fresh verification of the same namespaces.
     Raises:
         LockHeld: an ingest is running.
         EmbedderMismatch: the configured embedder is not the collection's.
+        UsageError: no ``locks`` against a Qdrant server.
     """
+    held = given_or_embedded(locks, runtime.settings)
     result = RepairResult()
     for ns, part in sorted(report.namespaces.items()):
         if not part.drifted() and not report.collection_missing:
             continue
-        with ingest_lock(runtime.settings, ns, purpose="repair"):
+        with held.hold(ns, "repair"):
             _repair_namespace(runtime, ns, part, result)
     after = verify(runtime.store, collection=runtime.collection,
                    state_collection=runtime.settings.state_collection, namespace=namespace)
     return result, after
 
 
-def finish_removals(runtime: RunContext, namespace: str | None = None) -> list[dict]:
+def finish_removals(runtime: RunContext, namespace: str | None = None, *,
+                    locks: WriteLocks | None = None) -> list[dict]:
     """Finish the interrupted removals of ``namespace`` (all when ``None``), each under
-    its namespace's write lock; what each removed now (``Removal.to_dict``).
+    its namespace's write lock (``locks``: as for :func:`repair`); what each removed now
+    (``Removal.to_dict``).
 
     Raises:
         LockHeld: an ingest is running.
@@ -111,15 +119,17 @@ def finish_removals(runtime: RunContext, namespace: str | None = None) -> list[d
     found = remove.pending(runtime.store, state_collection=settings.state_collection,
                            namespace=namespace)
     done: list[dict] = []
+    held = given_or_embedded(locks, settings)
     for ns in sorted({t.namespace for t in found}):
-        with ingest_lock(settings, ns, purpose="repair"):
+        with held.hold(ns, "repair"):
             done.extend(r.to_dict() for r in remove.finish_pending(
                 runtime.store, collection=runtime.collection,
                 state_collection=settings.state_collection, namespace=ns))
     return done
 
 
-def set_aside_damaged(runtime: RunContext) -> Path | None:
+def set_aside_damaged(runtime: RunContext, *, locks: WriteLocks | None = None
+                      ) -> Path | None:
     """Rename an embedded chunk collection the engine cannot open; returns where it went.
 
     The folder is kept (``<name>.damaged-<UTC time>`` beside it), never deleted;
@@ -143,7 +153,8 @@ def set_aside_damaged(runtime: RunContext) -> Path | None:
         folder = runtime.settings.store_path / runtime.collection
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         aside = folder.with_name(f"{folder.name}.damaged-{stamp}")
-        with ingest_lock(runtime.settings, "*", purpose="repair"):  # one lock per edge store
+        held = given_or_embedded(locks, runtime.settings)  # an edge store: the lock file
+        with held.hold("*", "repair"):  # one lock per edge store
             folder.rename(aside)
         log.warning("collection %s could not be opened: set aside as %s", runtime.collection,
                     aside)

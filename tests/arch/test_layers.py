@@ -23,7 +23,8 @@ No module of ``kbsync/`` imports Prefect, and none imports ``tasks`` or ``flows`
 one stated exception: the CLI (``kbsync.app``) starts Prefect runs and injects Prefect's
 lock, so it may import ``tasks`` and ``flows``, inside functions only (Prefect's import
 costs seconds and ``kbsync search --help`` must not pay it). The Python API
-(``kbsync.api``) takes the distributed lock injected, and imports neither.
+(``kbsync.api``) imports neither: its lock decision is the CLI's helper
+(``kbsync.app.locks``), and only the doors decide it (issue 36).
 """
 
 from __future__ import annotations
@@ -181,6 +182,54 @@ def test_no_module_of_kbsync_imports_prefect() -> None:
     wrong = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "kbsync").rglob("*.py"))
              for top, line in _all_imports(path) if top == "prefect"]
     assert not wrong, "kbsync/ imports prefect:\n" + "\n".join(wrong)
+
+
+DECIDES_LOCKS = ("kbsync/app/", "kbsync/api.py", "flows/", "tasks/locking.py")
+"""The front doors: they alone decide whether the distributed lock is taken
+(:mod:`kbsync.catalog.lock`'s rule); everything below receives a ``WriteLocks``."""
+DECISION_NAMES = {"prefect_limit", "prefect_lock", "write_locks", "flow_locks",
+                  "distributed_in_use"}
+"""The distributed lock itself and the doors' helpers that decide it."""
+
+
+def _lock_decisions(tree: ast.Module, *, below_doors: bool):
+    """(line, what) for each place in ``tree`` that decides the distributed lock."""
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
+                  and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        name = (node.id if isinstance(node, ast.Name) else
+                node.attr if isinstance(node, ast.Attribute) else
+                node.name if isinstance(node, ast.alias) else None)
+        if name in DECISION_NAMES:
+            yield getattr(node, "lineno", 0), f"uses {name}"
+        if isinstance(node, ast.Call):
+            callee = node.func.id if isinstance(node.func, ast.Name) else \
+                node.func.attr if isinstance(node.func, ast.Attribute) else None
+            keywords = {k.arg for k in node.keywords}
+            if callee == "WriteLocks" and (len(node.args) > 1 or "distributed" in keywords):
+                yield node.lineno, "builds WriteLocks with a distributed lock"
+            if below_doors and callee == "ingest_lock" and "distributed" not in keywords:
+                yield node.lineno, "calls ingest_lock without the carried distributed lock"
+        if (below_doors and isinstance(node, ast.Constant) and node.value == "PREFECT_API_URL"
+                and id(node) not in docstrings):
+            yield node.lineno, "reads PREFECT_API_URL"
+
+
+def test_only_the_front_doors_decide_the_distributed_lock() -> None:
+    """The one lock rule (issue 36): the CLI, the Python API and the flows decide once whether
+    the distributed lock is taken (``kbsync.app.locks.write_locks``,
+    ``tasks.locking.flow_locks``); runners, repair, removal, rollback and restore receive the
+    decision. Below the doors nothing names Prefect's lock, reads ``PREFECT_API_URL`` or
+    takes ``ingest_lock`` without the distributed lock it was handed."""
+    wrong = []
+    for module, path in sorted(_modules().items()):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(DECIDES_LOCKS):
+            continue
+        below = LAYERS[_wing(module)] < FRONT
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        wrong += [f"{rel}:{line}: {what}" for line, what in _lock_decisions(tree, below_doors=below)]
+    assert not wrong, "the lock decided below the front doors:\n" + "\n".join(sorted(wrong))
 
 
 def test_no_module_of_kbsync_imports_tasks_or_flows_but_the_cli() -> None:
