@@ -1,0 +1,103 @@
+"""The rebuild runner on the Prefect executor: the ``rebuild`` flow, in process, against the
+session's Prefect test server (embedded engine, hash embeddings).
+
+The runner's rules are proved once through the in-process executor
+(``tests/maintenance/test_rebuild_runner.py``); here the flow runs the same sequence as
+tasks and subflows, and gives the same report as the plain call on a copy of the same
+store, so the two cannot drift. A refusal ends Completed named ``Refused``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from kbsync.ingest.discover import parse_root
+from kbsync.ingest.runner import run_plain
+from kbsync.maintenance.rebuild_plain import rebuild_plain
+from kbsync.maintenance.rebuild_runner import RebuildRequest
+from kbsync.runtime import Runtime
+from kbtest import TOPICS, active_pointer, topic_queries, topic_share
+
+BUILD = {"chunk_tokens": 64, "chunk_overlap": 8}
+
+
+@pytest.fixture
+def live_kb(settings, tmp_path):
+    """The topic share ingested into the live collection (plain loop), then closed."""
+    share = topic_share(tmp_path / "share", sites=True)
+    runtime = Runtime.open(settings)
+    try:
+        assert run_plain([parse_root(f"share={share}")], runtime=runtime).added == len(TOPICS)
+    finally:
+        runtime.close()
+    return settings, topic_queries(tmp_path / "q.jsonl")
+
+
+def _runs(parent_id):
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId,
+                                                FlowRunFilterParentFlowRunId)
+
+    with get_client(sync_client=True) as client:
+        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[parent_id])))
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])))
+    return {t.name for t in tasks}, children
+
+
+def _same(report: dict) -> dict:
+    """The report without what differs between two runs of one rebuild (times, ids)."""
+    evals = {side: {mode: {k: v for k, v in m.items() if not k.startswith("latency")}
+                    for mode, m in report[side]["modes"].items()}
+             for side in ("live", "shadow")}
+    counts = {which: {ns: {k: v for k, v in s.items() if k in (
+        "files_seen", "added", "updated", "unchanged", "deleted", "failed", "chunks_kept")}
+        for ns, s in report[which].items()} for which in ("ingest", "replay")}
+    return {"swapped": report["swapped"], "decision": report["decision"], "state": report["state"],
+            "evals": evals, **counts,
+            "plan": {k: v for k, v in report["plan"].items() if k not in ("roots",)}}
+
+
+@pytest.mark.slow
+def test_the_flow_and_the_plain_call_give_one_report(prefect_api, live_kb, tmp_path):
+    from flows.rebuild import rebuild
+
+    settings, queries = live_kb
+    twin = tmp_path / "twin"
+    shutil.copytree(settings.home, twin)  # the same live store, for the plain call
+    state = rebuild(queries_file=str(queries), build=BUILD, return_state=True)
+    assert state.is_completed() and state.name == "Completed", state.message
+    report = state.result()
+    plain = rebuild_plain(RebuildRequest(settings=settings.model_copy(update={"home": twin}),
+                                         queries_file=queries, build=BUILD),
+                          open_runtime=Runtime.open)
+    assert report["swapped"] and _same(report) == _same(plain)
+    assert active_pointer(settings.home)["active"] == "kbsync__r1"
+    assert active_pointer(twin)["active"] == "kbsync__r1"
+    tasks, children = _runs(state.state_details.flow_run_id)
+    # Each step a task of the flow run; each shadow ingest's root an ingest-root subflow,
+    # tagged as the build or the replay.
+    assert {"check-before-build", "prepare-shadow", "evaluate-live", "evaluate-shadow",
+            "state-check", "swap"} <= tasks and "discard-shadow" not in tasks
+    assert sorted(tuple(sorted({"shadow", "replay"} & set(c.tags))) for c in children) == [
+        ("replay",), ("shadow",)]
+    assert all({"namespace:default", "root:share"} <= set(c.tags) for c in children)
+
+
+@pytest.mark.slow
+def test_a_refused_rebuild_ends_completed_named_refused(prefect_api, live_kb):
+    from flows.rebuild import rebuild
+
+    settings, queries = live_kb
+    state = rebuild(queries_file=str(queries), build={"embed_dimensions": 4},
+                    modes=["dense"], return_state=True)
+    assert state.is_completed() and state.name == "Refused"
+    report = state.result()
+    assert not report["swapped"] and report["pointer"] is None
+    assert state.message == "; ".join(report["decision"]["reasons"])
+    tasks, _ = _runs(state.state_details.flow_run_id)
+    assert "discard-shadow" in tasks and "swap" not in tasks
+    assert active_pointer(settings.home) is None
