@@ -283,3 +283,37 @@ def test_no_module_is_longer_than_the_house_allows() -> None:
                   for path in _modules().values()
                   if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES)
     assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
+
+
+SEQUENCE_STEPS = {"run_ingest", "evaluate", "evaluate_collection", "check_before_build",
+                  "prepare_shadow", "state_check", "decide", "swap", "discard", "plan_rebuild",
+                  "choose_shadow", "live_settings", "run_lock", "ingest_lock", "write_lock"}
+"""The rebuild's steps and locks: the runner (``kbsync.maintenance.rebuild_runner``) calls
+them, in its one order; the flow and its executor do not arrange them."""
+
+
+def _called(path: Path) -> set[str]:
+    """The names ``path`` calls (``f(...)`` and ``x.f(...)``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                names.add(func.attr)
+    return names
+
+
+def test_the_rebuild_flow_runs_the_runner_and_holds_no_sequence_of_its_own() -> None:
+    """``flows/rebuild.py`` reads like ``flows/ingest.py``: parameters -> request ->
+    ``run_rebuild`` on the Prefect executor -> artifacts. The order of the steps and the lock
+    scope live once, in the runner, so the flow and the plain call cannot drift."""
+    called = _called(ROOT / "flows" / "rebuild.py")
+    assert "run_rebuild" in called
+    assert not called & SEQUENCE_STEPS, sorted(called & SEQUENCE_STEPS)
+    # The executor says where a step runs, never what runs next: no rule of the rebuild
+    # and no ingest of its own (the runner calls run_ingest on the executor it is handed).
+    executor = _called(ROOT / "flows" / "rebuild_executor.py")
+    assert not executor & {"run_ingest", "decide", "plan_rebuild", "choose_shadow",
+                           "live_settings", "lock_scope"}, sorted(executor)
