@@ -4,8 +4,9 @@ What was decided first, then the build settings side by side (a table: the live
 collection's, as it was built, against the shadow's; changed rows marked), both
 evaluations, the state check (does the shadow hold what the shares hold), the
 counts of the build and of the replay (the changes synced into the shadow after its
-build), and the command that undoes the swap. The report is the ``rebuild`` flow's
-(:func:`flows.rebuild.rebuild`); any part it lacks is left out, never guessed.
+build), and the command that undoes the swap. The report is the rebuild runner's
+(:func:`kbsync.maintenance.rebuild_runner.run_rebuild`); any part it lacks is left out,
+never guessed.
 """
 
 from __future__ import annotations

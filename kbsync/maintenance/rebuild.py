@@ -1,6 +1,8 @@
 """Eval-gated rebuilds: build a shadow collection, evaluate it beside the live one, swap.
 
-The pieces ``kbsync rebuild`` (the ``rebuild`` flow) arranges, without Prefect:
+The rules of ``kbsync rebuild``, without Prefect; the one order they run in, and where
+the locks go, is :func:`kbsync.maintenance.rebuild_runner.run_rebuild` (the ``rebuild``
+flow's and the plain call's):
 
 1. :func:`plan_rebuild` names the live collection (what the logical name serves from
    now), the shadow ``<logical>__r<N>`` and the shares to build it from: every root
@@ -12,7 +14,7 @@ The pieces ``kbsync rebuild`` (the ``rebuild`` flow) arranges, without Prefect:
 3. Before anything is built, :mod:`kbsync.maintenance.rebuild_checks` refuses a root whose share
    lacks its live documents (full mode's mass-delete guard, against the live collection)
    and a gate whose queries find none of their relevant documents.
-   The flow ingests every root into the shadow with the new settings (the embedding
+   The runner ingests every root into the shadow with the new settings (the embedding
    cache serves texts that did not change, keyed by model and text), evaluates both
    collections on the same queries, and then, under the live collection's write lock,
    replays what syncs changed meanwhile (a full-mode ingest of the same roots), checks
@@ -23,10 +25,11 @@ The pieces ``kbsync rebuild`` (the ``rebuild`` flow) arranges, without Prefect:
    ``kbsync remove`` applies to it too. :func:`restore` points the logical name at a
    named collection again (a lost pointer).
 
-Locks: on the embedded engine (one writer per folder) the rebuild holds the store's
-write lock from before it opens the store until after it closes it, so a sync waits
-for the whole rebuild or is refused at once; on a server only the replay and swap
-hold the live collection's lock (syncs write the live collection meanwhile).
+Locks (decided once, by the runner's ``lock_scope``): on the embedded engine (one writer
+per folder) the rebuild holds the store's write lock from before it opens the store until
+after it closes it, so a sync waits for the whole rebuild or is refused at once; on a
+server only the replay and swap hold the live collection's lock (syncs write the live
+collection meanwhile).
 
 Crash safety: nothing a rebuild does touches the live collection's points or
 document records (the swap only adds its build record when it had none); the only step that changes what search serves is the pointer swap, which
@@ -179,7 +182,7 @@ def plan_rebuild(target: Settings, live: Settings, shadow: str, store: VectorSto
         raise UsageError(f"collection {live.collection} has no bound roots to rebuild from "
                          "(ingest a share first)")
     # The pointer's record, else the collection's own build record; empty when it has
-    # neither (never rebuilt): the flow then infers it (rebuild_checks.infer_live_build),
+    # neither (never rebuilt): the runner then infers it (rebuild_checks.infer_live_build),
     # because ``live`` carries the rebuild's new chunk settings, not the live collection's.
     live_build = (dict(record.build) if record and record.build
                   else active.read_build(store, live.collection))
