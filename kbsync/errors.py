@@ -4,7 +4,7 @@ The rule: every concrete kind sits on exactly one of two branches.
 
 - ``TransientError``: a retry **within seconds** may succeed (rate limit, 5xx,
   timeout, store unavailable or locked, a file still being written). Prefect
-  task retries (``tasks/ingest_tasks.py::_transient``) and the embedding and
+  task retries (``tasks/options.py::transient``) and the embedding and
   chat clients retry these, and only these. A transient kind may carry
   ``retry_after``: the seconds the server asked us to wait, or None.
 - ``PermanentError``: retrying the same call soon cannot fix it (bad input,

@@ -198,11 +198,22 @@ class Settings(BaseSettings):
         """
         return f"{collection}_state"
 
+    @property
+    def model_unset(self) -> bool:
+        """The local provider with no ``KBSYNC_EMBED_MODEL``: the model in force is kbsync's.
+
+        The one reading of "no model was configured": a new collection's model is then
+        chosen from its shares' language (``kbsync.ingest.model_choice``), an existing one
+        keeps the model it recorded (:func:`kbsync.catalog.model_keep.model_open`), and a
+        rebuild keeps a chosen one; any configured model or other provider turns all three off.
+        """
+        return self.embed_provider is EmbedProvider.LOCAL and not self.embed_model
+
     def embed_model_name(self) -> str:
         """The model name in effect, with the provider's default filled in."""
         if self.embed_model:
             return self.embed_model
-        if self.embed_provider is EmbedProvider.LOCAL:
+        if self.model_unset:
             return DEFAULT_LOCAL_MODEL
         if self.embed_provider is EmbedProvider.HASH:
             return f"hash-{self.embed_dimensions or DEFAULT_HASH_DIMENSION}"

@@ -15,25 +15,13 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from kbsync.eval import run as ev
-from kbsync.errors import TransientError
 from kbsync.eval.report import summary_markdown, table_rows, write_report
 from kbsync.eval.trend import drops_markdown, trend_markdown
 from kbsync.ingest.report import artifact_key
 from kbsync.query.llm import ChatModel, chat_model
 from kbsync.settings import Settings
-from tasks.options import COMMON
+from tasks.options import COMMON, transient
 from tasks.resources import release, runtime_for
-
-
-def _transient(task, task_run, state) -> bool:
-    """Retry only when retrying can help (store unavailable, embedding endpoint hiccup)."""
-    try:
-        state.result()
-    except TransientError:
-        return True
-    except Exception:  # noqa: BLE001 - anything else is permanent
-        return False
-    return False
 
 
 @task(name="load-queries", task_run_name="load-queries", **COMMON)
@@ -43,14 +31,14 @@ def load_queries(queries_file: str) -> list[ev.EvalQuery]:
 
 
 @task(name="check-labels", task_run_name="check-labels", retries=2, retry_delay_seconds=2,
-      retry_condition_fn=_transient, **COMMON)
+      retry_condition_fn=transient, **COMMON)
 def check_labels(queries: list[ev.EvalQuery], settings: Settings, *, namespace: str) -> list[str]:
     """Warnings for labelled doc_ids the namespace lacks; fails when it holds nothing."""
     return ev.labels_in(queries, runtime_for(settings), namespace)
 
 
 @task(name="search-mode", retries=2, retry_delay_seconds=5,
-      retry_condition_fn=_transient, task_run_name="search-{spec.name}", **COMMON)
+      retry_condition_fn=transient, task_run_name="search-{spec.name}", **COMMON)
 def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settings, *,
                 namespace: str, k: int, filters: dict | None = None) -> list[ev.QueryOutcome]:
     """Search and score every query under one mode (``filters``: see ``ev.run_mode``)."""

@@ -16,25 +16,13 @@ from typing import Any, Callable, Sequence
 from prefect import Task, task
 from prefect.states import Completed
 
-from kbsync.errors import TransientError
 from kbsync.ingest import steps
 from kbsync.ingest.stages import StageResult
 from kbsync.settings import Settings
 from kbsync.text.chunk import ChunkConfig
-from tasks.options import COMMON
+from tasks.options import COMMON, transient
 from tasks.resources import runtime_for, worker_runtime_for
 from tasks.run_story import escape_controls
-
-
-def _transient(task, task_run, state) -> bool:
-    """Retry only when retrying can help."""
-    try:
-        state.result()
-    except TransientError:
-        return True
-    except Exception:  # noqa: BLE001 - anything else is permanent for this batch
-        return False
-    return False
 
 
 # COMMON: no cache (inputs are live batches, not hashable keys) and no result persistence
@@ -48,7 +36,7 @@ def _retry(step: Callable) -> dict[str, Any]:
     if kind is steps.Retry.NONE:
         return {}
     retries, delay = (2, 5) if kind is steps.Retry.ENDPOINT else (3, 2)
-    return dict(retries=retries, retry_delay_seconds=delay, retry_condition_fn=_transient)
+    return dict(retries=retries, retry_delay_seconds=delay, retry_condition_fn=transient)
 
 
 NAMED = 5

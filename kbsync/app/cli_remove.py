@@ -99,7 +99,7 @@ def _remove_from_previous(store, settings, target: Target) -> Removal | None:
     previous = previous_collection(settings, store)
     if previous is None:
         return None
-    return remove(store, collection=previous, state_collection=f"{previous}_state",
+    return remove(store, collection=previous, state_collection=settings.state_collection_of(previous),
                   target=target)
 
 

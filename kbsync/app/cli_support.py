@@ -55,7 +55,7 @@ def text_argument(text: str) -> str:
 
 
 def fraction_argument(text: str) -> float:
-    """argparse type: a number in [0, 1] (``--max-drop``)."""
+    """argparse type: a number in [0, 1] (``--max-drop``, ``--max-delete-fraction``)."""
     value = float(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError("must be between 0 and 1")

@@ -30,12 +30,13 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, cast, runtime_checkable
 
 from kbsync.errors import StoreError, StoreUnavailable
 from kbsync.catalog.state import StateStore, utc_now
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
+from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ def apply_build(settings: Settings, build: dict[str, Any]) -> Settings:
     return settings.model_copy(update=update)
 
 
-def read_record(settings: Settings, store=None) -> pointer.ActiveRecord | None:
+def read_record(settings: Settings,
+                store: VectorStore | None = None) -> pointer.ActiveRecord | None:
     """The pointer of ``settings.logical_collection``, or ``None``.
 
     On a Qdrant server the aliases are read (``store``: an open
@@ -76,12 +78,12 @@ def read_record(settings: Settings, store=None) -> pointer.ActiveRecord | None:
     if not server:
         return pointer.read_pointer(settings.home, logical)
     own = store is None
-    if own:
+    if store is None:
         from kbsync.store import open_store
 
         store = open_store(settings)
     try:
-        current, previous = pointer.read_aliases(store.client, logical)
+        current, previous = pointer.read_aliases(_client(store), logical)
         if current is None:
             return None
         return pointer.ActiveRecord(logical, current, previous,
@@ -93,20 +95,22 @@ def read_record(settings: Settings, store=None) -> pointer.ActiveRecord | None:
             store.close()
 
 
-def read_build(store, collection: str) -> dict[str, Any]:
+def read_build(store: VectorStore, collection: str) -> dict[str, Any]:
     """The build record of ``collection`` (empty when it has none)."""
-    records = StateStore(store, f"{collection}_state").read_meta(BUILD)
+    records = StateStore(store, Settings.state_collection_of(collection)).read_meta(BUILD)
     return {k: records[0][k] for k in BUILD_FIELDS if k in records[0]} if records else {}
 
 
-def write_build(store, collection: str, build: dict[str, Any], *, run_id: str) -> None:
+def write_build(store: VectorStore, collection: str, build: dict[str, Any], *,
+                run_id: str) -> None:
     """Record the settings ``collection`` is built with (in its state collection)."""
-    StateStore(store, f"{collection}_state").write_meta(
+    StateStore(store, Settings.state_collection_of(collection)).write_meta(
         BUILD, (), {**build, "collection": collection, "recorded_at": utc_now(),
                     "run_id": run_id})
 
 
-def resolve(settings: Settings, store=None, *, warn: bool = True) -> Settings:
+def resolve(settings: Settings, store: VectorStore | None = None, *,
+            warn: bool = True) -> Settings:
     """``settings`` aimed at the active collection, with its build settings in force.
 
     ``warn``: name the ``KBSYNC_*`` values the active collection overrides (off for
@@ -181,7 +185,7 @@ def _shown(value: object) -> str:
     return "default" if value is None else str(getattr(value, "value", value))
 
 
-def check_still_active(settings: Settings, store=None) -> None:
+def check_still_active(settings: Settings, store: VectorStore | None = None) -> None:
     """Refuse to write when the active collection changed since ``settings`` were resolved
     (a rebuild swapped while this run waited for the write lock).
 
@@ -207,7 +211,7 @@ def generations(logical: str, names: list[str]) -> list[str]:
     return ([logical] if logical in names else []) + built
 
 
-def collection_names(settings: Settings, store=None) -> list[str]:
+def collection_names(settings: Settings, store: VectorStore | None = None) -> list[str]:
     """The store's collection names. On the embedded engine a folder listing (whoever holds
     the store, and without creating it); on a server the open ``store``'s or a short-lived one's."""
     if not settings.qdrant_url:
@@ -217,18 +221,30 @@ def collection_names(settings: Settings, store=None) -> list[str]:
         if not folder.is_dir():
             return []
         return sorted(p.name for p in folder.iterdir() if (p / CONFIG_FILE).is_file())
-    if store is not None and hasattr(store, "collection_names"):
+    if isinstance(store, _Listing):
         return store.collection_names()
     from kbsync.store import open_store
 
     own = open_store(settings)
     try:
-        return own.collection_names()  # type: ignore[attr-defined]
+        return cast(_Listing, own).collection_names()  # a server store: it lists
     finally:
         own.close()
 
 
-def refuse_if_orphaned(settings: Settings, store=None) -> None:
+@runtime_checkable
+class _Listing(Protocol):
+    """A store that lists its collections (the server adapter; the embedded one is a folder)."""
+
+    def collection_names(self) -> list[str]: ...
+
+
+def _client(store: VectorStore) -> Any:
+    """The server adapter's client, which reads the aliases (``read_record`` checked it has one)."""
+    return getattr(store, "client")
+
+
+def refuse_if_orphaned(settings: Settings, store: VectorStore | None = None) -> None:
     """Refuse to serve the logical collection when its pointer is lost (see module doc).
 
     Call only when no pointer exists. A leftover shadow of a crashed rebuild beside a
@@ -252,7 +268,7 @@ def refuse_if_orphaned(settings: Settings, store=None) -> None:
                      f"one: run `kbsync rebuild --restore {built[-1]}` to serve one again")
 
 
-def previous_collection(settings: Settings, store=None) -> str | None:
+def previous_collection(settings: Settings, store: VectorStore | None = None) -> str | None:
     """The collection ``kbsync rebuild --rollback`` would serve again, when it exists
     (``settings``: resolved; ``store``: open, for a server's aliases)."""
     logical = settings.logical_collection
@@ -263,7 +279,7 @@ def previous_collection(settings: Settings, store=None) -> str | None:
     return record.previous if record.previous in collection_names(settings, store) else None
 
 
-def unserved_collections(settings: Settings, store=None) -> list[str]:
+def unserved_collections(settings: Settings, store: VectorStore | None = None) -> list[str]:
     """Generations of the logical collection that neither serve nor are kept for a rollback
     (a crashed or lost rebuild left them; ``kbsync verify`` names them)."""
     logical = settings.logical_collection

@@ -51,7 +51,6 @@ from kbsync.settings import Settings
 
 if TYPE_CHECKING:  # the types only: importing this module stays as cheap as it was
     from kbsync.embed.base import Embedder
-    from kbsync.embed.service import EmbeddingService
     from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
@@ -146,7 +145,7 @@ def _encoder_of(stored: EmbedderIdentity | None, store, collection: str) -> Spar
     return LEGACY if store.count(collection) else CURRENT
 
 
-def check_query_embedder(store: VectorStore, service: EmbeddingService, *,
+def check_query_embedder(store: VectorStore, service: Embedder, *,
                          collection: str) -> SparseEncoder:
     """:func:`check_embedder` for the query side, which knows only the chunk collection.
 

@@ -22,20 +22,28 @@ import logging
 from kbsync.catalog.identity import EMBEDDER
 from kbsync.catalog.state import StateStore
 from kbsync.settings import EmbedProvider, Settings
+from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
 
 EMBEDDER_RECORD = EMBEDDER  # the embedder identity's meta kind
 
 
-def keep_recorded_model(settings: Settings, store=None) -> Settings:
+def model_open(settings: Settings) -> bool:
+    """Whether kbsync picks the model of ``settings.collection``: no model configured
+    (:attr:`Settings.model_unset`), the embedded store, and no pointer resolved yet (a
+    pointer's build names the model). Both the choice for a new collection
+    (``kbsync.ingest.model_choice``) and the keeping of an existing one's ask here."""
+    return settings.model_unset and not settings.qdrant_url and settings.active_of is None
+
+
+def keep_recorded_model(settings: Settings, store: VectorStore | None = None) -> Settings:
     """``settings`` with the collection's recorded local model when none is configured.
 
     ``store``: the open store, else one is opened briefly (a reader: a running ingest
     serves it). Returns ``settings`` unchanged in every case the module doc leaves out.
     """
-    if settings.embed_provider is not EmbedProvider.LOCAL or settings.embed_model or \
-            settings.qdrant_url or settings.active_of is not None:
+    if not model_open(settings):
         return settings
     from kbsync.store.edge.query import collection_created
 
@@ -55,9 +63,9 @@ def keep_recorded_model(settings: Settings, store=None) -> Settings:
     return settings.model_copy(update={"embed_model": model})
 
 
-def _recorded_embedder(settings: Settings, store) -> dict | None:
+def _recorded_embedder(settings: Settings, store: VectorStore | None) -> dict | None:
     own = store is None
-    if own:
+    if store is None:
         from kbsync.store import open_store
 
         store = open_store(settings)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # the type only
+    from kbsync.text.chunk import InputFit
 
 
 class TextKind(str, Enum):
@@ -26,6 +29,31 @@ class BatchResult:
     vectors: list[list[float]]
     truncated: int = 0
     requests: int = 0  # bisection requests behind these vectors (0 for one plain call)
+
+
+@dataclass
+class EmbedOutcome:
+    """Vectors for one :meth:`Embedder.embed_passages` call.
+
+    Invariants: ``len(vectors) == len(failed) == number of inputs``, in input
+    order; ``computed + cached + failed_count == number of inputs`` (counted per
+    input position: a text repeated in the call is sent once but counted at
+    each position); a failed position holds a zero vector.
+    """
+
+    vectors: list[list[float]]
+    failed: list[bool]
+    computed: int = 0
+    cached: int = 0
+    failed_count: int = 0
+    truncated: int = 0
+    retries: int = 0  # transient errors retried during this call
+    bisect_requests: int = 0  # requests spent isolating the inputs of failed batches
+
+    @property
+    def all_failed(self) -> bool:
+        """True when some text needed computing and none could be computed."""
+        return self.failed_count > 0 and self.computed == 0
 
 
 @runtime_checkable
@@ -72,11 +100,14 @@ class Embedder(Protocol):
     @property
     def dimension(self) -> int: ...
 
-    def input_fit(self) -> Any:
+    def input_fit(self) -> InputFit | None:
         """The model's input limit (:class:`kbsync.text.chunk.InputFit`), or None."""
 
-    def embed_passages(self, texts: Sequence[str]) -> Any:
-        """One vector per text, with counters (:class:`kbsync.embed.service.EmbedOutcome`)."""
+    def embed_passages(self, texts: Sequence[str]) -> EmbedOutcome:
+        """One vector per text, in input order, with counters (:class:`EmbedOutcome`)."""
 
     def embed_query(self, text: str) -> list[float]:
         """The vector of one query."""
+
+    def query_dimension(self) -> int:
+        """:attr:`dimension` for the query side, probed within the query's time budget."""

@@ -34,41 +34,18 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from kbsync.embed.base import EmbeddingProvider, TextKind
+from kbsync.embed.base import EmbeddingProvider, EmbedOutcome, TextKind
 from kbsync.embed.batch_calls import BatchCalls, ServiceStats
 from kbsync.embed.cache import EmbeddingCache, cache_key
+
+if TYPE_CHECKING:  # the type only
+    from kbsync.text.chunk import InputFit
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EmbedOutcome", "EmbeddingService", "ServiceStats"]
-
-
-@dataclass
-class EmbedOutcome:
-    """Vectors for one :meth:`EmbeddingService.embed_passages` call.
-
-    Invariants: ``len(vectors) == len(failed) == number of inputs``, in input
-    order; ``computed + cached + failed_count == number of inputs`` (counted per
-    input position: a text repeated in the call is sent once but counted at
-    each position); a failed position holds a zero vector.
-    """
-
-    vectors: list[list[float]]
-    failed: list[bool]
-    computed: int = 0
-    cached: int = 0
-    failed_count: int = 0
-    truncated: int = 0
-    retries: int = 0  # transient errors retried during this call
-    bisect_requests: int = 0  # requests spent isolating the inputs of failed batches
-
-    @property
-    def all_failed(self) -> bool:
-        """True when some text needed computing and none could be computed."""
-        return self.failed_count > 0 and self.computed == 0
 
 
 class EmbeddingService(BatchCalls):
@@ -175,7 +152,7 @@ class EmbeddingService(BatchCalls):
         """The vector cache, if any."""
         return self._cache
 
-    def input_fit(self):
+    def input_fit(self) -> InputFit | None:
         """The provider's input limit for the chunker (:class:`kbsync.text.chunk.InputFit`), or
         None when it has none worth fitting (windowing models, API models, hash)."""
         fit = getattr(self._provider, "input_fit", None)

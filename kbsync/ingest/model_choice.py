@@ -46,6 +46,7 @@ from kbsync.convert.isolate import IsolatedConverter
 from kbsync.convert.safe_read import open_within
 from kbsync.errors import KbsyncError
 from kbsync.catalog.active import aimed_at, build_of
+from kbsync.catalog.model_keep import model_open
 from kbsync.models import RootSpec
 from kbsync.settings import EmbedProvider, Settings
 from kbsync.store import active as pointer
@@ -106,8 +107,7 @@ def rebuild_model(target: Settings, record: pointer.ActiveRecord | None,
     chosen = record is not None and record.active == record.logical and \
         record.previous is None and record.swapped_at is None and \
         record.build.get("embed_provider") == EmbedProvider.LOCAL.value
-    if not chosen or "embed_model" in build or target.embed_model or \
-            target.embed_provider is not EmbedProvider.LOCAL:
+    if not chosen or "embed_model" in build or not target.model_unset:
         return target
     assert record is not None  # for mypy: chosen implies a record
     return target.model_copy(update={"embed_model": record.build.get("embed_model")})
@@ -154,10 +154,8 @@ def _converted_reader(settings: Settings, roots: Sequence[RootSpec],
 
 def _chooses(settings: Settings) -> bool:
     """Only the default local model, on a new collection of the embedded store."""
-    if settings.embed_provider is not EmbedProvider.LOCAL or settings.embed_model:
-        return False
-    if settings.active_of is not None or settings.qdrant_url:
-        return False  # a pointer already names the build; a server keeps the default
+    if not model_open(settings):
+        return False  # configured, a pointer already names the build, or a server's default
     if pointer.read_pointer(settings.home, settings.logical_collection) is not None:
         return False
     from kbsync.store.edge.query import collection_created

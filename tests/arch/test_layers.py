@@ -317,3 +317,42 @@ def test_the_rebuild_flow_runs_the_runner_and_holds_no_sequence_of_its_own() -> 
     executor = _called(ROOT / "flows" / "rebuild_executor.py")
     assert not executor & {"run_ingest", "decide", "plan_rebuild", "choose_shadow",
                            "live_settings", "lock_scope"}, sorted(executor)
+
+
+STATE_NAME_HOME = ("kbsync/catalog/", "kbsync/settings.py")
+"""Where the state collection's name may be spelled: its one definition
+(:meth:`kbsync.settings.Settings.state_collection_of`) and the catalog, which says what a
+collection is."""
+
+
+def _spells_state_name(node: ast.AST) -> bool:
+    """``f"{name}_state"``, ``name + "_state"``, ``"{}_state".format(...)``, ``"%s_state" % ...``."""
+    if isinstance(node, ast.JoinedStr):
+        parts = node.values
+        return any(isinstance(a, ast.FormattedValue) and isinstance(b, ast.Constant)
+                   and isinstance(b.value, str) and b.value.startswith("_state")
+                   for a, b in zip(parts, parts[1:]))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        right = node.right
+        return isinstance(right, ast.Constant) and isinstance(right.value, str) \
+            and right.value.startswith("_state")
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return any(f"{hole}_state" in node.value for hole in ("{}", "%s", "{0}"))
+    return False
+
+
+def test_only_the_catalog_spells_the_state_collections_name() -> None:
+    """A second spelling of ``<collection>_state`` drifts from the first the day one changes:
+    every module outside the catalog asks ``Settings.state_collection_of(name)`` (or
+    ``settings.state_collection``)."""
+    wrong = []
+    for module, path in sorted(_modules().items()):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(STATE_NAME_HOME):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if _spells_state_name(node):
+                wrong.append(f"{rel}:{node.lineno}: spells the state collection's name")
+    wrong.sort()
+    assert not wrong, ("use kbsync.settings.Settings.state_collection_of(name):\n"
+                       + "\n".join(wrong))
