@@ -10,7 +10,9 @@ The public search API::
 
 ``kbsync.search(...)`` opens what it is not given (settings from ``KBSYNC_*``,
 the store, the embedding model, the chat model for ``mqe``/``hyde``) and
-returns a typed :class:`SearchResult`; see :func:`kbsync.query.search.search_kb`.
+returns a typed :class:`SearchResult`; see :func:`kbsync.query.search.search_kb`. It takes
+the keywords above or one :class:`SearchRequest` (``kbsync.search(kbsync.SearchRequest(
+"ERR_7Q4Z", namespace="docs"))``), the record every door hands to the query side.
 ``kbsync.search`` is also that module (``kbsync.search.search`` takes an open
 store and service, for repeated searches). Importing kbsync loads no engine
 and no model; the heavy imports happen on first use.
@@ -22,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kbsync.query import search  # the module is callable (see its last lines)
-    from kbsync.query.search import SearchMode, SearchResult, citation, search_kb
+    from kbsync.query.search import SearchMode, SearchRequest, SearchResult, citation, search_kb
 
-__all__ = ["SearchMode", "SearchResult", "citation", "search", "search_kb"]
+__all__ = ["SearchMode", "SearchRequest", "SearchResult", "citation", "search", "search_kb"]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,19 +27,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from kbsync.app.locks import write_locks
 from kbsync.errors import UsageError
 from kbsync.catalog.lock import DistributedLock, WriteLocks
 from kbsync.models import DocStatus, PlanAction, SourceFile
+from kbsync.query.request import SearchRequest, as_request
 from kbsync.settings import Settings, load_settings
 from kbsync.store.base import Filter
 
 if TYPE_CHECKING:
+    from kbsync.query.answer import Answer
+    from kbsync.query.llm import ChatModel
+    from kbsync.query.search import SearchResult
     from kbsync.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -195,52 +198,61 @@ class KnowledgeBase:
                          partial=(done.action is not PlanAction.UNCHANGED
                                   and done.state.status is DocStatus.PARTIAL))
 
-    def search(self, query: str, namespace: str = "default", *, k: int = 5,
-               min_score: float | None = None, root: str | None = None,
-               path_prefix: str | None = None, types: str | Sequence[str] | None = None,
-               modified_since: Any = None, **options: Any):
-        """Search one namespace; ``options`` go to :func:`kbsync.query.search.search` (mode, mqe...).
+    def search(self, query: str | SearchRequest, namespace: str | None = None, *,
+               llm: ChatModel | None = None, **options: Any) -> SearchResult:
+        """Search one namespace (``"default"`` unless given).
 
-        ``root``, ``path_prefix``, ``types`` (``"pdf,html"`` or a list) and
-        ``modified_since`` (ISO string, date or datetime; no timezone = UTC)
-        narrow the namespace (:mod:`kbsync.query.filters`).
+        ``query``: a :class:`kbsync.query.request.SearchRequest`, or the text with
+        ``options``, the keywords of :meth:`SearchRequest.build
+        <kbsync.query.request.SearchRequest.build>`: ``k`` (default 5), ``min_score``,
+        ``mode``, ``mqe``, ``hyde``, and the filters ``root``, ``path_prefix``, ``types``
+        (``"pdf,html"`` or a list) and ``modified_since`` (ISO string, date or datetime;
+        no timezone = UTC), which narrow the namespace (:mod:`kbsync.query.filters`).
+        ``llm``: the chat model of ``mqe``/``hyde`` (none: the plain query is searched, and
+        a note says so).
 
         Raises:
             UsageError: a malformed filter value.
+            ValueError: a blank query, ``k`` or ``mqe`` out of range, an unknown mode.
         Returns:
             :class:`kbsync.query.search.SearchResult`.
         """
         from kbsync.query.search import search
 
+        request = _request(query, namespace, options)
         runtime = self._open(embed=True)
-        return search(query, store=runtime.store, service=runtime.service,
-                      collection=runtime.collection, namespace=namespace, k=k,
-                      min_score=min_score, root=root, path_prefix=path_prefix, types=types,
-                      modified_since=modified_since, **options)
+        return search(request, store=runtime.store, service=runtime.service,
+                      collection=runtime.collection, llm=llm)
 
-    def ask(self, question: str, namespace: str = "default", *, k: int = 5,
-            min_score: float | None = None, llm=None, root: str | None = None,
-            path_prefix: str | None = None, types: str | Sequence[str] | None = None,
-            modified_since: Any = None):
+    def ask(self, question: str | SearchRequest, namespace: str | None = None, *,
+            llm: ChatModel | None = None, **options: Any) -> Answer:
         """Answer from the namespace's best chunks with ``[n]`` citations.
 
         Args:
-            min_score: relevance threshold; ``None`` uses :data:`kbsync.query.answer.DEFAULT_MIN_SCORE`.
+            question: a :class:`kbsync.query.request.SearchRequest`, or the question with
+                ``options``: ``k`` (default 5), ``min_score`` (the relevance threshold;
+                ``None`` uses :data:`kbsync.query.answer.DEFAULT_MIN_SCORE`) and the
+                filters, as for :meth:`search`.
             llm: a chat model; default: the configured ``KBSYNC_LLM_*`` one.
-            root, path_prefix, types, modified_since: filters, as for :meth:`search`.
         Returns:
             :class:`kbsync.query.answer.Answer`.
         """
         from kbsync.query.answer import DEFAULT_MIN_SCORE, ask
         from kbsync.query.llm import chat_model
 
+        unused = sorted(set(options) & {"mode", "mqe", "hyde"})
+        if unused:
+            raise TypeError(f"ask does not take {', '.join(unused)}: it searches the plain "
+                            "question, dense")
+        if options.get("min_score") is None:
+            options.pop("min_score", None)  # None here means the default threshold
+        if isinstance(question, SearchRequest) and question.min_score is None:
+            question = replace(question, min_score=DEFAULT_MIN_SCORE)
+        request = _request(question, namespace, options, min_score=DEFAULT_MIN_SCORE)
         model = llm if llm is not None else chat_model(self.settings)
         runtime = self._open(embed=True)
-        return ask(question, store=runtime.store, service=runtime.service,
-                   collection=runtime.collection, llm=model, namespace=namespace, k=k,
-                   min_score=DEFAULT_MIN_SCORE if min_score is None else min_score,
-                   root=root, path_prefix=path_prefix, types=types,
-                   modified_since=modified_since)
+        return ask(request, store=runtime.store, service=runtime.service,
+                   collection=runtime.collection, llm=model)
 
     def stats(self, namespace: str | None = None) -> Stats:
         """Documents, chunks and failed embeddings per namespace (loads no model)."""
@@ -273,6 +285,19 @@ class KnowledgeBase:
         return DeleteResult(doc_id, namespace, deleted=True, chunks_removed=chunks)
 
 
+def _request(query: str | SearchRequest, namespace: str | None, options: dict[str, Any],
+             **defaults: Any) -> SearchRequest:
+    """The request of an API call: a :class:`SearchRequest` as it is, else the text with
+    ``namespace`` and ``options`` (``defaults`` fill what ``options`` leave out)."""
+    if namespace is not None:
+        if isinstance(query, SearchRequest):
+            raise TypeError("a SearchRequest carries its own namespace")
+        options = {**options, "namespace": namespace}
+    if isinstance(query, SearchRequest):
+        return as_request(query, **options)
+    return as_request(query, **{**defaults, **options})
+
+
 def _check_id(name: str, value: str) -> None:
     if not isinstance(value, str) or not value.strip() or value != value.strip():
         raise UsageError(f"{name} must be a non-blank string without surrounding spaces, "
@@ -296,19 +321,22 @@ def add_text(text: str, doc_id: str, namespace: str = "default", *,
         return kb.add_text(text, doc_id, namespace, title=title)
 
 
-def search(query: str, namespace: str = "default", *, k: int = 5,
-           min_score: float | None = None, settings: Settings | None = None, **options: Any):
-    """See :meth:`KnowledgeBase.search` (filters: root, path_prefix, types, modified_since)."""
+def search(query: str | SearchRequest, namespace: str | None = None, *,
+           settings: Settings | None = None, llm: ChatModel | None = None,
+           **options: Any) -> SearchResult:
+    """See :meth:`KnowledgeBase.search` (options: k, min_score, mode, mqe, hyde, and the
+    filters root, path_prefix, types, modified_since)."""
     with KnowledgeBase(settings) as kb:
-        return kb.search(query, namespace, k=k, min_score=min_score, **options)
+        return kb.search(query, namespace, llm=llm, **options)
 
 
-def ask(question: str, namespace: str = "default", *, k: int = 5,
-        min_score: float | None = None, llm=None, settings: Settings | None = None,
-        **filters: Any):
-    """See :meth:`KnowledgeBase.ask` (``filters``: root, path_prefix, types, modified_since)."""
+def ask(question: str | SearchRequest, namespace: str | None = None, *,
+        settings: Settings | None = None, llm: ChatModel | None = None,
+        **options: Any) -> Answer:
+    """See :meth:`KnowledgeBase.ask` (options: k, min_score, and the filters root,
+    path_prefix, types, modified_since)."""
     with KnowledgeBase(settings) as kb:
-        return kb.ask(question, namespace, k=k, min_score=min_score, llm=llm, **filters)
+        return kb.ask(question, namespace, llm=llm, **options)
 
 
 def stats(namespace: str | None = None, *, settings: Settings | None = None) -> Stats:

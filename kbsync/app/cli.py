@@ -261,21 +261,21 @@ def _search(args, settings) -> int:
     from kbsync.query.llm import chat_model
     from kbsync.query.search import SearchResult, search
 
-    llm = chat_model(settings, optional=True) if (args.mqe or args.hyde) else None
-    store = cli_support.indexed_store(settings, args.namespace)
+    request = cli_filters.request_of(args, args.query, mode=args.mode, mqe=args.mqe,
+                                     hyde=args.hyde, min_score=args.min_score)
+    llm = chat_model(settings, optional=True) if (request.mqe or request.hyde) else None
+    store = cli_support.indexed_store(settings, request.namespace)
     if store is None:  # answered at once: no model loaded, no folder created
-        result = SearchResult(query=args.query, namespace=args.namespace, mode=args.mode,
-                              raw_count=0, kept_count=0,
-                              notes=[cli_support.nothing_indexed(settings, args.namespace)],
-                              filters=cli_filters.filters_dict(args))
+        result = SearchResult(query=request.query, namespace=request.namespace,
+                              mode=request.mode.value, raw_count=0, kept_count=0,
+                              notes=[cli_support.nothing_indexed(settings, request.namespace)],
+                              filters=request.filters.to_dict())
     else:
         from kbsync.embed import build_embedding_service
 
         try:
-            result = search(args.query, store=store, service=build_embedding_service(settings),
-                            collection=settings.collection, namespace=args.namespace,
-                            k=args.k, min_score=args.min_score, mode=args.mode, mqe=args.mqe,
-                            hyde=args.hyde, llm=llm, **cli_filters.filter_kwargs(args))
+            result = search(request, store=store, service=build_embedding_service(settings),
+                            collection=settings.collection, llm=llm)
         finally:
             store.close()
     _emit(result.to_dict()) if args.json else print_search(result)

@@ -35,17 +35,18 @@ def run_ask(args, settings) -> int:
     from kbsync.query.llm import chat_model
 
     llm = chat_model(settings)  # a missing configuration fails before any search
-    min_score = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
-    store = cli_support.indexed_store(settings, args.namespace)
+    request = cli_filters.request_of(
+        args, args.question,
+        min_score=DEFAULT_MIN_SCORE if args.min_score is None else args.min_score)
+    store = cli_support.indexed_store(settings, request.namespace)
     if store is None:  # answered at once, without the model or the chat model
-        answer = _nothing_indexed(args, settings, min_score)
+        answer = _nothing_indexed(request, settings)
     else:
         from kbsync.embed import build_embedding_service
 
         try:
-            answer = ask(args.question, store=store, service=build_embedding_service(settings),
-                         collection=settings.collection, llm=llm, namespace=args.namespace,
-                         k=args.k, min_score=min_score, **cli_filters.filter_kwargs(args))
+            answer = ask(request, store=store, service=build_embedding_service(settings),
+                         collection=settings.collection, llm=llm)
         finally:
             store.close()
     if args.json:
@@ -55,13 +56,14 @@ def run_ask(args, settings) -> int:
     return 0
 
 
-def _nothing_indexed(args, settings, min_score):
+def _nothing_indexed(request, settings):
     from kbsync.query.answer import Answer
 
-    message = cli_support.nothing_indexed(settings, args.namespace)
-    return Answer(query=args.question, namespace=args.namespace, mode="dense", answer=message,
-                  answered=False, citations=[], raw_count=0, kept_count=0, results=[],
-                  latency_ms=0.0, min_score=min_score, filters=cli_filters.filters_dict(args))
+    message = cli_support.nothing_indexed(settings, request.namespace)
+    return Answer(query=request.query, namespace=request.namespace, mode="dense",
+                  answer=message, answered=False, citations=[], raw_count=0, kept_count=0,
+                  results=[], latency_ms=0.0, min_score=request.min_score,
+                  filters=request.filters.to_dict())
 
 
 def _print_answer(answer) -> None:

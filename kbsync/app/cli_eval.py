@@ -54,7 +54,7 @@ def run_eval(args, settings) -> int:
         state = evaluate(queries_file=args.queries_file, namespace=args.namespace, k=args.k,
                          modes=modes, report_dir=args.report_dir,
                          regression_margin=args.max_drop, accept_regression=args.accept,
-                         filters=cli_filters.filters_dict(args), return_state=True)
+                         filters=cli_filters.filters_of(args).to_dict(), return_state=True)
     data = run_result(state.result(raise_on_failure=False))
     if args.json:
         cli_support.emit(data)

@@ -2,15 +2,20 @@
 
 Each value is checked while the arguments are parsed, so a bad one is the usual
 one-line usage error (exit 2) before any store is opened; the parsed values go
-to :class:`kbsync.query.filters.SearchFilters` unchanged.
+to :class:`kbsync.query.filters.SearchFilters` unchanged, and with the command's other
+options into one :class:`kbsync.query.request.SearchRequest` (:func:`request_of`).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbsync.errors import UsageError
+
+if TYPE_CHECKING:  # the types only: `--help` must not import the query wing (TYPES_HELP)
+    from kbsync.query.filters import SearchFilters
+    from kbsync.query.request import SearchRequest
 
 TYPES_HELP = "pdf, html, docx, xlsx, pptx, csv, markdown, text, json, code, image"
 """``kbsync.query.filters.SOURCE_TYPES`` spelled out: ``--help`` must not import the query
@@ -49,15 +54,20 @@ def register(parser: argparse.ArgumentParser) -> None:
                                             "datetime, e.g. 2024-05-01; no timezone = UTC)")
 
 
-def filter_kwargs(args: Any) -> dict[str, Any]:
-    """The parsed filter options as keyword arguments of ``search``/``ask``."""
+def filters_of(args: Any) -> SearchFilters:
+    """The parsed filter options as the query side's filters."""
+    from kbsync.query.filters import SearchFilters
+
     types = [t for group in args.types for t in group] if args.types else None
-    return {"root": args.root, "path_prefix": args.path_prefix, "types": types,
-            "modified_since": args.modified_since}
+    return SearchFilters.build(root=args.root, path_prefix=args.path_prefix, types=types,
+                               modified_since=args.modified_since)
 
 
-def filters_dict(args: Any) -> dict[str, Any]:
-    """The parsed filter options in the JSON form the results echo."""
-    from kbsync.query import filters as qf
+def request_of(args: Any, query: str, **options: Any) -> SearchRequest:
+    """The search a command's ``args`` ask for: ``query`` in ``--namespace``, ``-k`` results,
+    with the filters; ``options`` are the request's fields only some commands have
+    (``mode``, ``mqe``, ``hyde``, ``min_score``)."""
+    from kbsync.query.request import SearchRequest
 
-    return qf.SearchFilters.build(**filter_kwargs(args)).to_dict()
+    return SearchRequest(query=query, namespace=args.namespace, k=args.k,
+                         filters=filters_of(args), **options)

@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 from kbsync.eval.queries import EvalQuery, load_queries
 from kbsync.eval.report import write_report
-from kbsync.eval.run import EvalResult, ModeSpec, QueryOutcome, labels_in, run_mode
+from kbsync.eval.run import (EvalResult, ModeSpec, QueryOutcome, SearchRuntime, labels_in,
+                             run_mode)
 from kbsync.eval.sequence import EvalRequest, run_evaluation
 from kbsync.query.llm import ChatModel, chat_model
 
@@ -23,11 +24,12 @@ class InProcess:
 
     Args:
         runtime: an open :class:`kbsync.runtime.Runtime` (store, embedding service,
-            state records); the caller owns it and closes it.
+            state records: a :class:`~kbsync.eval.run.SearchRuntime`); the caller owns it
+            and closes it.
         llm: the chat model of the expanding modes; default: the configured one.
     """
 
-    def __init__(self, runtime: Any, *, llm: ChatModel | None = None) -> None:
+    def __init__(self, runtime: SearchRuntime, *, llm: ChatModel | None = None) -> None:
         self.runtime = runtime
         self._llm = llm
 
@@ -65,7 +67,7 @@ class InProcess:
 
 
 def evaluate_plain(
-    queries_file: str | Path, *, runtime, namespace: str = "default", k: int = 10,
+    queries_file: str | Path, *, runtime: SearchRuntime, namespace: str = "default", k: int = 10,
     modes: Sequence[str] = ("dense",), report_dir: str | Path = "reports/eval",
     margin: float = 0.02, accept: bool = False, llm: ChatModel | None = None,
     filters: dict[str, Any] | None = None,

@@ -20,23 +20,30 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from kbsync.eval import metrics as m
 from kbsync.errors import UsageError
 from kbsync.eval.queries import EvalQuery, load_queries, queries_hash
 from kbsync.query.expand import MAX_MQE
-from kbsync.query.filters import SearchFilters
+from kbsync.query.filters import NO_FILTERS, SearchFilters
 from kbsync.query.llm import ChatModel
+from kbsync.query.request import MAX_K, SearchMode, SearchRequest
+
+if TYPE_CHECKING:  # the types only
+    from kbsync.catalog.state import StateStore
+    from kbsync.embed.base import Embedder
+    from kbsync.settings import Settings
+    from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryOutcome",
+__all__ = ["EvalQuery", "EvalResult", "ModeSpec", "QueryOutcome", "SearchRuntime",
            "aggregate", "build_result", "check_labels", "labels_in", "load_queries",
            "parse_modes", "queries_hash", "run_mode"]
 
 NDCG_CUTOFF = 10
-MAX_SEARCH_K = 100  # kbsync.query.search.search refuses more
+MAX_SEARCH_K = MAX_K  # kbsync.query.search.search refuses more
 DEFAULT_MQE = 3
 METRIC_KEYS = ("hit_rate", "mrr", "ndcg@10", "recall@k")
 
@@ -57,18 +64,15 @@ class ModeSpec:
     mqe: int = 0
     hyde: bool = False
 
-    def search_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`kbsync.query.search.search`.
+    def request(self, query: str, *, namespace: str, k: int,
+                filters: SearchFilters = NO_FILTERS) -> SearchRequest:
+        """The search of ``query`` under this mode.
 
-        ``mode`` is always passed: leaving it out meant search's own default, which
-        silently became hybrid, so a "dense" column measured hybrid.
+        ``mode`` is always this spec's: leaving it to the request's default meant hybrid,
+        so a "dense" column measured hybrid (tests/eval/test_modes_run_what_they_name.py).
         """
-        kwargs: dict[str, Any] = {"mode": self.mode}
-        if self.mqe:
-            kwargs["mqe"] = self.mqe
-        if self.hyde:
-            kwargs["hyde"] = True
-        return kwargs
+        return SearchRequest(query=query, namespace=namespace, k=k, mode=SearchMode(self.mode),
+                             mqe=self.mqe, hyde=self.hyde, filters=filters)
 
     @property
     def needs_llm(self) -> bool:
@@ -108,9 +112,7 @@ _SPEC = re.compile(r"^(?P<mode>[a-z]+)(?P<opts>(\+(mqe\d*|hyde))*)$")
 
 
 def supported_search() -> tuple[set[str], set[str]]:
-    """The search modes (:class:`kbsync.query.search.SearchMode`) and expansion options."""
-    from kbsync.query.search import SearchMode
-
+    """The search modes (:class:`kbsync.query.request.SearchMode`) and expansion options."""
     return {m.value for m in SearchMode}, {"mqe", "hyde"}
 
 
@@ -180,14 +182,38 @@ def check_labels(queries: Sequence[EvalQuery], known: set[str], namespace: str) 
     return warnings
 
 
-def labels_in(queries: Sequence[EvalQuery], runtime: Any, namespace: str) -> list[str]:
+class SearchRuntime(Protocol):
+    """What evaluation reads of a runtime (:class:`kbsync.runtime.Runtime` is one; the eval
+    wing sits below it, so it names only what it uses)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> VectorStore: ...
+
+    @property
+    def states(self) -> StateStore: ...
+
+    @property
+    def service(self) -> Embedder: ...
+
+    @property
+    def collection(self) -> str: ...
+
+    def embedding_info(self) -> dict: ...
+
+
+def labels_in(queries: Sequence[EvalQuery], runtime: SearchRuntime,
+              namespace: str) -> list[str]:
     """:func:`check_labels` against the documents ``runtime``'s state records hold."""
     return check_labels(queries, set(runtime.states.load(namespace)), namespace)
 
 
 def run_mode(
-    queries: Sequence[EvalQuery], spec: ModeSpec, *, runtime, namespace: str, k: int,
-    llm: ChatModel | None = None, warm_up: bool = True, filters: dict[str, Any] | None = None,
+    queries: Sequence[EvalQuery], spec: ModeSpec, *, runtime: SearchRuntime, namespace: str,
+    k: int, llm: ChatModel | None = None, warm_up: bool = True,
+    filters: dict[str, Any] | None = None,
 ) -> list[QueryOutcome]:
     """Search every query under one mode and score the document ranking.
 
@@ -203,17 +229,16 @@ def run_mode(
     """
     from kbsync.query.search import search
 
-    kwargs = spec.search_kwargs()
-    kwargs.update(filters or {})
-    if spec.needs_llm:
-        if llm is None:  # search would quietly fall back to the plain query: refuse instead
-            raise UsageError(f"mode {spec.name!r} needs a chat model (KBSYNC_LLM_MODEL)")
-        kwargs["llm"] = llm
+    if spec.needs_llm and llm is None:
+        # search would quietly fall back to the plain query: refuse instead
+        raise UsageError(f"mode {spec.name!r} needs a chat model (KBSYNC_LLM_MODEL)")
+    narrowed = SearchFilters.build(**(filters or {}))
     depth = search_depth(k)
 
     def run(text: str):
-        return search(text, store=runtime.store, service=runtime.service,
-                      collection=runtime.collection, namespace=namespace, k=depth, **kwargs)
+        return search(spec.request(text, namespace=namespace, k=depth, filters=narrowed),
+                      store=runtime.store, service=runtime.service,
+                      collection=runtime.collection, llm=llm if spec.needs_llm else None)
 
     if warm_up and queries:
         # Query vectors come from the embedding cache once computed, so the first mode of

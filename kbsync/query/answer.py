@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 from kbsync.models import SearchHit
 from kbsync.query.filters import SearchFilters
 from kbsync.query.llm import ChatModel
+from kbsync.query.request import SearchMode, SearchRequest, as_request
 from kbsync.query.search import citation, search
 from kbsync.store.base import VectorStore
 
 if TYPE_CHECKING:  # the type only
-    from kbsync.embed.service import EmbeddingService
+    from kbsync.embed.base import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -101,38 +102,50 @@ def nothing_found(namespace: str) -> str:
 
 
 def ask(
-    question: str, *, store: VectorStore, service: EmbeddingService, collection: str,
-    llm: ChatModel,
-    namespace: str = "default", k: int = 5, min_score: float | None = DEFAULT_MIN_SCORE,
-    max_context_chars: int = MAX_CONTEXT_CHARS, root: str | None = None,
-    path_prefix: str | None = None, types: str | Sequence[str] | None = None,
-    modified_since: Any = None,
+    question: str | SearchRequest, *, store: VectorStore, service: Embedder, collection: str,
+    llm: ChatModel, max_context_chars: int = MAX_CONTEXT_CHARS, **options: Any,
 ) -> Answer:
-    """Answer ``question`` from the ``k`` best chunks of ``namespace``, with citations.
+    """Answer a question from the ``k`` best chunks of its namespace, with citations.
 
     Args:
-        question: the user's question (must not be blank).
+        question: a :class:`~kbsync.query.request.SearchRequest` (its ``query`` is the
+            question; its ``mode`` is not used, and it asks for no ``mqe``/``hyde``), or the
+            question with ``options``, the keywords of :meth:`SearchRequest.build
+            <kbsync.query.request.SearchRequest.build>` (namespace, k, min_score, and the
+            filters root, path_prefix, types, modified_since); in that form ``min_score``
+            defaults to :data:`DEFAULT_MIN_SCORE`.
         store, service, collection: as for :func:`kbsync.query.search.search`.
         llm: the chat model; not called when nothing relevant is found.
-        namespace: only this namespace is searched.
-        k: chunks retrieved (1..100).
-        min_score: chunks scoring below it are not given to the model
-            (``None``: no threshold).
         max_context_chars: passages beyond this many characters are left out.
-        root, path_prefix, types, modified_since: query-time filters, as for
-            :func:`kbsync.query.search.search` (echoed in ``filters``; a note of
-            the search, e.g. about chunks the filters cannot see, becomes a warning).
+
+    The request's ``min_score`` is the relevance threshold of the passages given to the
+    model (``None``: no threshold); the filters are echoed in ``filters``, and a note of
+    the search (e.g. about chunks the filters cannot see) becomes a warning.
+
     Raises:
-        ValueError: blank question or bad k (from search).
+        ValueError: blank question or bad k (from search); a request with mqe or hyde.
+        TypeError: ``mode``, ``mqe`` or ``hyde`` among ``options``.
         UsageError: a malformed filter value.
         KbsyncError: the store or the chat model failed (never an empty answer).
     """
-    # Dense on purpose: min_score is a cosine threshold here, meaningless for RRF scores.
-    result = search(question, store=store, service=service, collection=collection,
-                    namespace=namespace, k=k, mode="dense", root=root,
-                    path_prefix=path_prefix, types=types, modified_since=modified_since)
+    if isinstance(question, str):
+        unused = sorted(set(options) & {"mode", "mqe", "hyde"})
+        if unused:
+            raise TypeError(f"ask does not take {', '.join(unused)}: it searches the plain "
+                            "question, dense")
+        options.setdefault("min_score", DEFAULT_MIN_SCORE)
+    request = as_request(question, **options)
+    if request.mqe or request.hyde:
+        raise ValueError("ask searches the plain question: a request with mqe or hyde "
+                         "would be answered without them")
+    min_score = request.min_score
+    # Dense on purpose, every candidate kept: min_score is a cosine threshold applied to
+    # the passages below, meaningless for fused scores.
+    result = search(replace(request, mode=SearchMode.DENSE, min_score=None),
+                    store=store, service=service, collection=collection)
+    namespace = request.namespace
     context = _context(result.results, min_score, max_context_chars)
-    answer = Answer(query=question, namespace=namespace, mode=result.mode, answer="",
+    answer = Answer(query=request.query, namespace=namespace, mode=result.mode, answer="",
                     answered=False, citations=[], raw_count=result.raw_count,
                     kept_count=result.kept_count, results=result.results,
                     latency_ms=result.latency_ms, min_score=min_score,
@@ -142,7 +155,7 @@ def ask(
         answer.answer = nothing_found(namespace)
         return answer
     started = time.perf_counter()
-    reply = llm.complete(SYSTEM_PROMPT, user_prompt(question, context),
+    reply = llm.complete(SYSTEM_PROMPT, user_prompt(request.query, context),
                          max_tokens=ANSWER_MAX_TOKENS, temperature=0.0)
     answer.answer_latency_ms = round((time.perf_counter() - started) * 1000, 2)
     text, cited, invented = check_citations(reply, len(context))

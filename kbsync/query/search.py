@@ -25,7 +25,8 @@ Plain core code: it never starts a Prefect server.
 
 The module is callable: ``kbsync.search("query", namespace="ns")`` runs
 :func:`search_kb`, which opens settings, store and model itself;
-``kbsync.query.search.search`` is the core function with injected collaborators.
+``kbsync.query.search.search`` is the core function with injected collaborators. Both take
+one :class:`~kbsync.query.request.SearchRequest`, or its keyword form.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ import sys
 import time
 import types
 from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kbsync.query import expand
 from kbsync.query.filters import SearchFilters, stale_note
+from kbsync.query.request import MAX_K, SearchMode, SearchRequest, as_request
 from kbsync.errors import KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, Fusion, fuse, fusion_for
 from kbsync.query.llm import ChatModel, chat_model
@@ -49,20 +50,16 @@ from kbsync.models import SearchHit, SparseVec
 from kbsync.text.sparse import SparseEncoder
 from kbsync.store.base import Filter, ScoredPoint, VectorStore
 
-if TYPE_CHECKING:  # the type only
-    from kbsync.embed.service import EmbeddingService
+if TYPE_CHECKING:  # the types only
+    from kbsync.embed.base import Embedder
+    from kbsync.settings import Settings
 
 log = logging.getLogger(__name__)
 
 CANDIDATE_FACTOR = 4
-MAX_K = 100
 
-
-class SearchMode(str, Enum):
-    """How candidates are found."""
-
-    DENSE = "dense"
-    HYBRID = "hybrid"
+__all__ = ["MAX_K", "SearchMode", "SearchRequest", "SearchResult", "citation", "search",
+           "search_kb"]
 
 
 @dataclass
@@ -106,67 +103,45 @@ def namespace_filter(namespace: str) -> Filter:
 
 
 def search(
-    query: str,
+    query: str | SearchRequest,
     *,
     store: VectorStore,
-    service: EmbeddingService,
+    service: Embedder,
     collection: str,
-    namespace: str = "default",
-    k: int = 5,
-    min_score: float | None = None,
-    mode: SearchMode | str = SearchMode.HYBRID,
-    mqe: int = 0,
-    hyde: bool = False,
     llm: ChatModel | None = None,
-    root: str | None = None,
-    path_prefix: str | None = None,
-    types: str | Sequence[str] | None = None,
-    modified_since: Any = None,
+    **options: Any,
 ) -> SearchResult:
-    """Search ``query`` in ``namespace``.
+    """Search one request: ``search(SearchRequest(...), ...)`` or ``search("text", **options)``.
 
     Args:
-        query: the user's text (must not be blank).
+        query: a :class:`~kbsync.query.request.SearchRequest`, or the query text with
+            ``options``, the keywords of :meth:`SearchRequest.build
+            <kbsync.query.request.SearchRequest.build>` (namespace, k, mode, mqe, hyde,
+            min_score, and the filters root, path_prefix, types, modified_since).
         store: an open vector store.
         service: the embedding service the collection was built with.
         collection: chunk collection name.
-        namespace: only this namespace's chunks are considered.
-        k: number of results (1..100).
-        min_score: drop candidates scoring below it: a cosine similarity in
-            ``dense`` mode, a fused score (about 0-1, :mod:`kbsync.query.fusion`) in ``hybrid``.
-        mode: ``hybrid`` (default: it beat dense on data/eval, see docs/retrieval.md) or
-            ``dense``; hybrid needs the collection's sparse vector.
-        mqe: number of LLM rephrasings to search as well (0..10).
-        hyde: also search an LLM-written hypothetical answer passage.
         llm: the chat model for ``mqe``/``hyde``; ``None`` = not configured
             (the plain query is searched and a note says so).
-        root, path_prefix, types, modified_since: query-time filters, see
-            :meth:`kbsync.query.filters.SearchFilters.build` (an ISO string,
-            date or datetime for ``modified_since``).
 
     Raises:
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
         UsageError: a malformed filter value.
+        TypeError: a request and ``options`` together, or an unknown option.
         EmbedderMismatch: the collection was built with another embedder
             (see :mod:`kbsync.catalog.identity`).
         KbsyncError: the store or the embedding model failed (a failing chat
             model only adds a note).
     """
-    if not query.strip():
-        raise ValueError("query is empty")
-    if not 1 <= k <= MAX_K:
-        raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
-    if not 0 <= mqe <= expand.MAX_MQE:
-        raise ValueError(f"mqe must be between 0 and {expand.MAX_MQE}, got {mqe}")
-    mode = SearchMode(mode)
-    filters = SearchFilters.build(root=root, path_prefix=path_prefix, types=types,
-                                  modified_since=modified_since)
+    request = as_request(query, **options)
+    k, mode, filters = request.k, request.mode, request.filters
     started = time.perf_counter()
     # Vectors of another model are not comparable, even with the same dimension.
     sparse = check_query_embedder(store, service, collection=collection)
     notes: list[str] = []
-    probes = [_Probe(query)] + _expansions(query, mqe=mqe, hyde=hyde, llm=llm, notes=notes)
-    flt = namespace_filter(namespace)
+    probes = [_Probe(request.query)] + _expansions(request.query, mqe=request.mqe,
+                                                   hyde=request.hyde, llm=llm, notes=notes)
+    flt = namespace_filter(request.namespace)
     stale = stale_note(store, collection, flt, filters)
     if stale:
         _note(notes, stale)
@@ -185,10 +160,10 @@ def search(
         for point in points:
             if point.id not in best or point.score > best[point.id].score:
                 best[point.id] = point
-    kept = keep(list(best.values()), min_score=min_score)
+    kept = keep(list(best.values()), min_score=request.min_score)
     hits = [to_hit(rank, p) for rank, p in enumerate(kept[:k], 1)]
-    return SearchResult(query=query, namespace=namespace, mode=mode.value, raw_count=raw,
-                        kept_count=len(kept), results=hits,
+    return SearchResult(query=request.query, namespace=request.namespace, mode=mode.value,
+                        raw_count=raw, kept_count=len(kept), results=hits,
                         latency_ms=round((time.perf_counter() - started) * 1000, 2),
                         expansions=[p.text for p in searched[1:]], notes=notes,
                         filters=filters.to_dict())
@@ -226,7 +201,7 @@ def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str]) -> l
     return probes
 
 
-def _search_one(probe: _Probe, *, store: VectorStore, service: EmbeddingService, collection: str,
+def _search_one(probe: _Probe, *, store: VectorStore, service: Embedder, collection: str,
                 mode: SearchMode, limit: int, flt: Filter, notes: list[str],
                 sparse: SparseEncoder) -> list[ScoredPoint] | None:
     """Candidates for one text; ``None`` when a HyDE passage could not be embedded."""
@@ -314,37 +289,31 @@ def citation(hit: SearchHit) -> str:
 
 
 def search_kb(
-    query: str,
+    query: str | SearchRequest,
     *,
-    namespace: str = "default",
-    k: int = 5,
-    mode: SearchMode | str = SearchMode.HYBRID,
-    mqe: int = 0,
-    hyde: bool = False,
-    min_score: float | None = None,
-    settings: Any = None,
+    settings: Settings | None = None,
     store: VectorStore | None = None,
-    service: Any = None,
+    service: Embedder | None = None,
     llm: ChatModel | None = None,
     collection: str | None = None,
-    root: str | None = None,
-    path_prefix: str | None = None,
-    types: str | Sequence[str] | None = None,
-    modified_since: Any = None,
+    **options: Any,
 ) -> SearchResult:
     """Search with whatever is not given opened from the settings (``kbsync.search(...)``).
 
-    ``settings`` defaults to ``load_settings()`` (``KBSYNC_*`` variables); a store
-    opened here is closed before returning (the embedded store locks its
-    folder meanwhile: pass ``store`` to search repeatedly, or use
-    ``kbsync.api``); the embedding service is the process-wide one for the
-    settings; ``llm`` defaults to the configured chat model when ``mqe`` or
-    ``hyde`` is asked (none configured: a note, the plain query is searched).
+    ``query`` and ``options`` as for :func:`search` (a
+    :class:`~kbsync.query.request.SearchRequest`, or the text with namespace, k, mode,
+    mqe, hyde, min_score and the filters). ``settings`` defaults to ``load_settings()``
+    (``KBSYNC_*`` variables); a store opened here is closed before returning (the embedded
+    store locks its folder meanwhile: pass ``store`` to search repeatedly, or use
+    ``kbsync.api``); the embedding service is the process-wide one for the settings;
+    ``llm`` defaults to the configured chat model when ``mqe`` or ``hyde`` is asked (none
+    configured: a note, the plain query is searched).
 
     Raises:
         as :func:`search`, plus ``StoreUnavailable`` when another process holds
         the embedded store.
     """
+    request = as_request(query, **options)  # a bad option fails before anything opens
     from kbsync.settings import load_settings
 
     from kbsync.catalog.active import resolve
@@ -355,7 +324,7 @@ def search_kb(
         from kbsync.embed import build_embedding_service
 
         service = build_embedding_service(settings)
-    if llm is None and (mqe or hyde):
+    if llm is None and (request.mqe or request.hyde):
         llm = chat_model(settings, optional=True)
     own_store = store is None
     if store is None:
@@ -363,10 +332,8 @@ def search_kb(
 
         store = open_store(settings)
     try:
-        return search(query, store=store, service=service,
-                      collection=collection or settings.collection, namespace=namespace, k=k,
-                      min_score=min_score, mode=mode, mqe=mqe, hyde=hyde, llm=llm, root=root,
-                      path_prefix=path_prefix, types=types, modified_since=modified_since)
+        return search(request, store=store, service=service,
+                      collection=collection or settings.collection, llm=llm)
     finally:
         if own_store:
             store.close()
@@ -375,7 +342,7 @@ def search_kb(
 class _CallableModule(types.ModuleType):
     """Makes ``kbsync.search(...)`` work although ``kbsync.query.search`` is this module."""
 
-    def __call__(self, query: str, **options: Any) -> SearchResult:
+    def __call__(self, query: str | SearchRequest, **options: Any) -> SearchResult:
         return search_kb(query, **options)
 
 

@@ -1,6 +1,6 @@
 """Each evaluation mode runs the store query it names (issue 13.1).
 
-The bug: ``ModeSpec.search_kwargs`` left ``mode`` out for ``dense``, which meant
+The bug: ``ModeSpec.search_kwargs`` (now ``ModeSpec.request``) left ``mode`` out for ``dense``, which meant
 search's own default, hybrid, so every report showed two identical hybrid columns.
 The store here is a real embedded engine that also records which queries ran.
 """
@@ -87,4 +87,4 @@ def test_each_mode_runs_the_store_query_it_names(runtime, mode):
 def test_every_mode_spec_names_its_search_mode_explicitly():
     # Nothing may rely on search's own default: that default has changed before.
     for spec in parse_modes(["dense", "hybrid"]):
-        assert spec.search_kwargs()["mode"] == spec.mode
+        assert spec.request("q", namespace="ns", k=5).mode.value == spec.mode

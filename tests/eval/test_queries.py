@@ -93,10 +93,16 @@ def test_shipped_sample_queries_parse_and_name_sample_documents():
             assert root == "sample" and (SAMPLE / rel).is_file(), doc_id
 
 
+def _search_of(spec):
+    """(mode, mqe, hyde) of the search a mode spec asks for."""
+    request = spec.request("q", namespace="ns", k=5)
+    return request.mode.value, request.mqe, request.hyde
+
+
 def test_mode_specs():
     modes, options = supported_search()
     assert "dense" in modes
-    assert [s.search_kwargs() for s in parse_modes(["dense"])] == [{"mode": "dense"}]
+    assert [_search_of(s) for s in parse_modes(["dense"])] == [("dense", 0, False)]
     with pytest.raises(UsageError, match="unknown search mode 'sparse'"):
         parse_modes(["sparse"])
     with pytest.raises(UsageError, match="twice"):
@@ -106,13 +112,13 @@ def test_mode_specs():
     with pytest.raises(UsageError, match="no retrieval mode"):
         parse_modes([" "])
     if "hybrid" in modes:
-        assert parse_modes(["hybrid"])[0].search_kwargs() == {"mode": "hybrid"}
+        assert _search_of(parse_modes(["hybrid"])[0]) == ("hybrid", 0, False)
     else:
         with pytest.raises(UsageError, match="unknown search mode 'hybrid'"):
             parse_modes(["hybrid"])
     if {"mqe", "hyde"} <= options:
         spec = parse_modes(["dense+mqe2+hyde"])[0]
-        assert spec.search_kwargs() == {"mode": "dense", "mqe": 2, "hyde": True} and spec.needs_llm
+        assert _search_of(spec) == ("dense", 2, True) and spec.needs_llm
         assert parse_modes(["dense+mqe"])[0].mqe == 3
     else:
         with pytest.raises(UsageError, match="does not support"):
