@@ -23,12 +23,21 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 
 
-def cli_env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    """The environment of a ``kbsync`` subprocess: this one's, without KBSYNC_* settings,
-    pointed at ``prefect_api`` and a store under ``home``; ``extra`` adds settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
+def cli_env(prefect_api: str | None, home: Path, *, drop: tuple[str, ...] = ("KBSYNC_",),
+            **extra: str) -> dict[str, str]:
+    """The environment of a ``kbsync`` subprocess, the one helper every test builds it with.
+
+    This process's environment without the variables whose names start with one of ``drop``
+    (in any case, as settings are read; by default every ``KBSYNC_*`` setting of the outer
+    shell, so none leaks into a run; add ``"PREFECT_"`` to keep Prefect's out too), offline
+    (``HF_HUB_OFFLINE=1``), Prefect's analytics off, a store under ``home``, and pointed at
+    ``prefect_api`` when one is given. ``extra`` adds variables last, so it wins.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(drop)}
+    env.update(KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    if prefect_api is not None:
+        env["PREFECT_API_URL"] = prefect_api
+    env.update(extra)
     return env
 
 
@@ -39,10 +48,14 @@ def run_kbsync(env: dict[str, str], *args: str) -> tuple[int, dict | None, str]:
     return proc.returncode, data, proc.stderr
 
 
-def hash_env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    """:func:`cli_env` with hash embeddings and conversion in process (fast, no model)."""
-    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
-                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
+FAST = {"KBSYNC_EMBED_PROVIDER": "hash", "KBSYNC_CONVERT_ISOLATION": "false"}
+"""Hash embeddings and conversion in process: a run with no model to load."""
+
+
+def hash_env(prefect_api: str | None, home: Path, *, drop: tuple[str, ...] = ("KBSYNC_",),
+             **extra: str) -> dict[str, str]:
+    """:func:`cli_env` with :data:`FAST` (``extra`` still wins)."""
+    return cli_env(prefect_api, home, drop=drop, **{**FAST, **extra})
 
 
 def active_pointer(home: Path) -> dict | None:

@@ -10,12 +10,13 @@ explicit different ``KBSYNC_EMBED_MODEL`` is still refused with ``EmbedderMismat
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from kbtest import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
@@ -32,12 +33,6 @@ kb = api.KnowledgeBase()
 print(json.dumps({"status": result.status, "model": kb.settings.embed_model_name(),
                   "stored": api.stats().embedding["model"]}))
 """
-
-
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(KBSYNC_HOME=str(home), HF_HUB_OFFLINE="1", KBSYNC_CONVERT_ISOLATION="false", **extra)
-    return env
 
 
 def _add(env: dict, docs: dict[str, str]) -> dict:
@@ -57,22 +52,22 @@ def _search(env: dict, query: str) -> tuple[int, dict | None, str]:
 @pytest.mark.slow
 def test_a_store_of_the_previous_default_answers_with_every_default(tmp_path) -> None:
     home = tmp_path / "home"
-    previous = _env(home, KBSYNC_EMBED_MODEL="all-MiniLM-L6-v2")  # the previous release's default
+    previous = cli_env(None, home, KBSYNC_EMBED_MODEL="all-MiniLM-L6-v2")  # the previous release's default
     built = _add(previous, {"keys": "Tessera signing keys rotate every 90 days.",
                             "backup": "Backups run nightly and are kept for a month."})
     assert built["stored"] == "all-MiniLM-L6-v2"
 
-    code, out, err = _search(_env(home), "how often do keys rotate")  # every default
+    code, out, err = _search(cli_env(None, home), "how often do keys rotate")  # every default
     assert code == 0, err
     assert out["results"][0]["doc_id"] == "keys", out
     assert "EmbedderMismatch" not in err
 
-    added = _add(_env(home), {"vpn": "The VPN gateway restarts on Sundays."})
+    added = _add(cli_env(None, home), {"vpn": "The VPN gateway restarts on Sundays."})
     assert added == {"status": "added", "model": "all-MiniLM-L6-v2", "stored": "all-MiniLM-L6-v2"}
-    code, out, err = _search(_env(home), "when does the VPN restart")
+    code, out, err = _search(cli_env(None, home), "when does the VPN restart")
     assert code == 0 and out["results"][0]["doc_id"] == "vpn", (out, err)
 
-    explicit = _env(home, KBSYNC_EMBED_MODEL="all-MiniLM-L6-v2-int8")
+    explicit = cli_env(None, home, KBSYNC_EMBED_MODEL="all-MiniLM-L6-v2-int8")
     code, out, err = _search(explicit, "how often do keys rotate")
     assert code == 2 and "EmbedderMismatch" in json.dumps(out) + err, (out, err)
     assert "local/all-MiniLM-L6-v2 (384" in err and "all-MiniLM-L6-v2-int8" in err

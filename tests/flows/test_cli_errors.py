@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fake_openai import Fault, FakeOpenAIServer
-from kbtest import write_tree
+from kbtest import hash_env, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 NO_PREFECT = "http://127.0.0.1:9/api"  # nothing listens there
@@ -62,12 +62,8 @@ class Run:
         return lines[-1]
 
 
-def _env(home: Path, prefect_api: str = NO_PREFECT, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KBSYNC_", "PREFECT_"))}
-    env.update({"PREFECT_API_URL": prefect_api, "KBSYNC_HOME": str(home), "HF_HUB_OFFLINE": "1",
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "KBSYNC_EMBED_PROVIDER": "hash",
-                "KBSYNC_CONVERT_ISOLATION": "false", **extra})
-    return env
+OUTER = ("KBSYNC_", "PREFECT_")
+"""No setting and no Prefect variable of the outer shell reaches a run here."""
 
 
 def kbsync(env, *args: str, stdin=subprocess.DEVNULL) -> Run:
@@ -98,7 +94,7 @@ def _share(root: Path, tag: str, count: int = 2) -> Path:
     (["bogus", "--json"], "bogus"),
 ])
 def test_usage_errors_are_one_line_exit_2_and_one_object(tmp_path, argv, names):
-    run = kbsync(_env(tmp_path / "home"), *argv)
+    run = kbsync(hash_env(NO_PREFECT, tmp_path / "home", drop=OUTER), *argv)
     assert run.code == 2, run.err
     line = run.line()
     assert line.startswith("kbsync: error: ") and names in line
@@ -109,7 +105,7 @@ def test_usage_errors_are_one_line_exit_2_and_one_object(tmp_path, argv, names):
 @pytest.mark.parametrize("argv", [["--namespace", ""], ["--mode", "sideways"], []])
 def test_ingest_usage_errors_report_zero_counts(tmp_path, argv):
     share = _share(tmp_path / "share", "a")
-    run = kbsync(_env(tmp_path / "home"), "ingest", *([str(share)] if argv else []), *argv,
+    run = kbsync(hash_env(NO_PREFECT, tmp_path / "home", drop=OUTER), "ingest", *([str(share)] if argv else []), *argv,
                  "--json")
     assert run.code == 2, run.err
     line = run.line()
@@ -125,7 +121,7 @@ def test_ingest_usage_errors_report_zero_counts(tmp_path, argv):
     ("KBSYNC_LOCK_TIMEOUT_S", "-1", "greater than or equal to 0"),
 ])
 def test_configuration_errors_name_the_variable(tmp_path, variable, value, reason):
-    env = _env(tmp_path / "home", **{variable: value})
+    env = hash_env(NO_PREFECT, tmp_path / "home", drop=OUTER, **{variable: value})
     for argv in (["stats", "--json"], ["ingest", str(_share(tmp_path / "s", "a")), "--json"]):
         run = kbsync(env, *argv)
         assert run.code == 2, run.err
@@ -140,7 +136,7 @@ def test_configuration_errors_name_the_variable(tmp_path, variable, value, reaso
 def test_version(tmp_path):
     from importlib.metadata import version
 
-    run = kbsync(_env(tmp_path / "home"), "--version")
+    run = kbsync(hash_env(NO_PREFECT, tmp_path / "home", drop=OUTER), "--version")
     assert run.code == 0 and run.out.strip() == f"kbsync {version('kbsync')}"
 
 
@@ -148,8 +144,8 @@ def test_version(tmp_path):
 def test_reads_of_a_missing_store_answer_at_once_and_create_nothing(tmp_path):
     home = tmp_path / "home"
     # The default local model: answering must not load it (that alone takes ~12 s).
-    env = _env(home, KBSYNC_EMBED_PROVIDER="local", KBSYNC_LLM_MODEL="fake-chat",
-               KBSYNC_LLM_BASE_URL="http://127.0.0.1:9/v1", KBSYNC_LLM_API_KEY="k")
+    env = hash_env(NO_PREFECT, home, drop=OUTER, KBSYNC_EMBED_PROVIDER="local",
+                   KBSYNC_LLM_MODEL="fake-chat", KBSYNC_LLM_BASE_URL="http://127.0.0.1:9/v1", KBSYNC_LLM_API_KEY="k")
     search = kbsync(env, "search", "rotate keys", "--json")
     assert search.code == 0, search.err
     hits = search.obj()
@@ -169,7 +165,7 @@ def test_reads_of_a_missing_store_answer_at_once_and_create_nothing(tmp_path):
 
 # -- run failures: exit 1, one line, one object with the counts reached ---------------------------
 def test_closed_qdrant_port_is_one_line_naming_the_url(tmp_path):
-    env = _env(tmp_path / "home", KBSYNC_QDRANT_URL="http://127.0.0.1:1")
+    env = hash_env(NO_PREFECT, tmp_path / "home", drop=OUTER, KBSYNC_QDRANT_URL="http://127.0.0.1:1")
     for argv in (["stats", "--json"], ["search", "keys", "--json"]):
         run = kbsync(env, *argv)
         assert run.code == 1, run.err
@@ -183,7 +179,7 @@ def test_a_held_lock_is_refused_before_the_run_naming_holder_and_namespace(prefe
                                                                         tmp_path, settings):
     from kbsync.catalog.lock import ingest_lock
 
-    env = _env(settings.home, prefect_api)
+    env = hash_env(prefect_api, settings.home, drop=OUTER)
     share = _share(tmp_path / "share", "a")
     with ingest_lock(settings, "other-team"):
         run = kbsync(env, "ingest", str(share), "--json")
@@ -205,7 +201,7 @@ def test_run_failures_print_one_line_and_one_object_with_the_counts(prefect_api,
 
     share = _share(tmp_path / "share", "a")
     # 1. The lock taken inside the flow (waiting is allowed, then refused).
-    env = _env(settings.home, prefect_api, KBSYNC_LOCK_TIMEOUT_S="0.5")
+    env = hash_env(prefect_api, settings.home, drop=OUTER, KBSYNC_LOCK_TIMEOUT_S="0.5")
     with ingest_lock(settings, "other-team"):
         run = kbsync(env, "ingest", str(share), "--json")
     assert run.code == 1, run.err
@@ -214,7 +210,7 @@ def test_run_failures_print_one_line_and_one_object_with_the_counts(prefect_api,
     assert data["error"]["kind"] == "LockHeld" and data["run_id"] and data["files_seen"] == 0
 
     # 2. A closed Qdrant port: one line naming the URL (it used to be 12 tracebacks).
-    env = _env(tmp_path / "home2", prefect_api, KBSYNC_QDRANT_URL="http://127.0.0.1:1")
+    env = hash_env(prefect_api, tmp_path / "home2", drop=OUTER, KBSYNC_QDRANT_URL="http://127.0.0.1:1")
     run = kbsync(env, "ingest", str(share), "--json")
     assert run.code == 1, run.err
     line = run.line()
@@ -223,10 +219,10 @@ def test_run_failures_print_one_line_and_one_object_with_the_counts(prefect_api,
 
     # 3. A total embedding outage: the counts reached come with the error.
     with FakeOpenAIServer(dimension=8, faults=lambda request: Fault.error(503)) as server:
-        env = _env(tmp_path / "home3", prefect_api, KBSYNC_EMBED_PROVIDER="openai",
-                   KBSYNC_EMBED_BASE_URL=server.url, KBSYNC_EMBED_API_KEY="k",
-                   KBSYNC_EMBED_MODEL="fake-embedding", KBSYNC_EMBED_DIMENSIONS="8",
-                   KBSYNC_EMBED_MAX_ATTEMPTS="1")
+        env = hash_env(prefect_api, tmp_path / "home3", drop=OUTER, KBSYNC_EMBED_PROVIDER="openai",
+                       KBSYNC_EMBED_BASE_URL=server.url, KBSYNC_EMBED_API_KEY="k",
+                       KBSYNC_EMBED_MODEL="fake-embedding", KBSYNC_EMBED_DIMENSIONS="8",
+                       KBSYNC_EMBED_MAX_ATTEMPTS="1")
         run = kbsync(env, "ingest", str(share), "--json")
     assert run.code == 1, run.err
     assert run.last_line().startswith("kbsync: EmbeddingOutage: ")
@@ -247,7 +243,7 @@ def _stats(env) -> dict:
 def test_remove_a_root_then_a_namespace(prefect_api, tmp_path, settings):
     from kbsync.catalog.lock import ingest_lock
 
-    env = _env(settings.home, prefect_api)
+    env = hash_env(prefect_api, settings.home, drop=OUTER)
     a, b, c = (_share(tmp_path / n, n, count) for n, count in (("a", 3), ("b", 2), ("c", 1)))
     assert kbsync(env, "ingest", str(a), str(b), "--json").code == 0
     assert kbsync(env, "ingest", str(c), "--namespace", "team", "--json").code == 0
@@ -306,7 +302,7 @@ def test_remove_asks_on_a_terminal(tmp_path, settings):
         run_plain([parse_root(f"docs={_share(tmp_path / 'docs', 'd', 2)}")], runtime=runtime)
     finally:
         runtime.close()
-    env = _env(settings.home)
+    env = hash_env(NO_PREFECT, settings.home, drop=OUTER)
 
     def answer(text: str) -> Run:
         leader, follower = pty.openpty()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kbtest import write_tree
+from kbtest import cli_env, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 VOLATILE_STATE = ("run_id", "updated_at")
@@ -30,12 +30,8 @@ def _share(root: Path, n: int = 300) -> None:
                           for j in range(4)) for i in range(n)})
 
 
-def _env(prefect_api: str, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_CHUNK_TOKENS="120", KBSYNC_CHUNK_OVERLAP="20",
-               KBSYNC_FILES_PER_BATCH="16", PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    return env
+SETTINGS = {"KBSYNC_EMBED_PROVIDER": "hash", "KBSYNC_CHUNK_TOKENS": "120",
+            "KBSYNC_CHUNK_OVERLAP": "20", "KBSYNC_FILES_PER_BATCH": "16"}
 
 
 def _ingest(env, share: Path, *, kill_after: float | None = None) -> tuple[int, float]:
@@ -74,12 +70,12 @@ def test_sigkill_at_several_points_converges_to_the_clean_index(prefect_api, tmp
     share = tmp_path / "share"
     _share(share)
     clean_home, crash_home = tmp_path / "clean", tmp_path / "crash"
-    code, clean_s = _ingest(_env(prefect_api, clean_home), share)
+    code, clean_s = _ingest(cli_env(prefect_api, clean_home, **SETTINGS), share)
     assert code == 0
     clean = _snapshot(clean_home)
     assert len(clean[1]) == 300 and len(clean[0]) >= 300
 
-    env = _env(prefect_api, crash_home)
+    env = cli_env(prefect_api, crash_home, **SETTINGS)
     kills = 0
     for fraction in (0.45, 0.6, 0.75, 0.9):
         code, _ = _ingest(env, share, kill_after=clean_s * fraction)

@@ -4,17 +4,11 @@ command and the ingest flow on the session's Prefect test server."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from kbsync.settings import DEFAULT_LOCAL_MODEL
-from kbtest import cli_env, run_kbsync, write_tree
-
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
-                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
-
+from kbtest import hash_env, run_kbsync, write_tree
 
 kbsync = run_kbsync
 
@@ -37,7 +31,7 @@ def _docs(names, tag):
 
 
 def test_two_shares_with_one_folder_name(prefect_api, tmp_path):
-    env = _env(prefect_api, tmp_path / "home")
+    env = hash_env(prefect_api, tmp_path / "home")
     x, y = tmp_path / "x" / "docs", tmp_path / "y" / "docs"
     write_tree(x, _docs([f"f{i}" for i in range(10)], "x"))
     write_tree(y, _docs([f"f{i}" for i in range(6)] + ["y6", "y7"], "y"))
@@ -72,7 +66,7 @@ def test_two_shares_with_one_folder_name(prefect_api, tmp_path):
 
 @pytest.mark.slow
 def test_search_with_another_384_dim_model_is_refused(prefect_api, tmp_path):
-    env = _env(prefect_api, tmp_path / "home")
+    env = hash_env(prefect_api, tmp_path / "home")
     write_tree(tmp_path / "share", _docs(["keys", "deploy"], "s"))
     code, _, err = kbsync(env, "ingest", str(tmp_path / "share"), "--json")
     assert code == 0, err

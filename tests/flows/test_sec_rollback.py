@@ -13,14 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kbtest import cli_env, run_kbsync, write_tree
+from kbtest import hash_env, run_kbsync, write_tree
 
 TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon"]
-
-
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    return cli_env(prefect_api, home, **{"KBSYNC_EMBED_PROVIDER": "hash",
-                                         "KBSYNC_CONVERT_ISOLATION": "false", **extra})
 
 
 def _share(root: Path, word: str) -> Path:
@@ -50,7 +45,7 @@ def _rebuild(env: dict, queries: Path, **settings: str) -> dict:
 
 def test_a_rollback_does_not_bring_back_a_removed_root(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
+    env = hash_env(prefect_api, home)
     a, b = _share(tmp_path / "a", "alpha"), _share(tmp_path / "b", "beta")
     code, first, err = run_kbsync(env, "ingest", f"a={a}", f"b={b}", "--json")
     assert code == 0 and first["added"] == 2 * len(TOPICS), err
@@ -74,7 +69,7 @@ def test_a_rollback_does_not_bring_back_a_removed_root(prefect_api, tmp_path):
 
 def test_a_rolled_back_collection_keeps_its_build(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
+    env = hash_env(prefect_api, home)
     a = _share(tmp_path / "a", "alpha")
     code, _, err = run_kbsync(env, "ingest", f"a={a}", "--json")
     assert code == 0, err
@@ -95,7 +90,7 @@ def test_a_rolled_back_collection_keeps_its_build(prefect_api, tmp_path):
 
 def test_a_lost_pointer_is_refused_and_restored(prefect_api, tmp_path):
     home = tmp_path / "home"
-    env = _env(prefect_api, home)
+    env = hash_env(prefect_api, home)
     a = _share(tmp_path / "a", "alpha")
     queries = _queries(tmp_path / "q.jsonl")
     code, _, err = run_kbsync(env, "ingest", f"a={a}", "--json")

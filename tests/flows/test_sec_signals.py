@@ -16,7 +16,6 @@ PREFECT_API_URL), conversion worker processes, the embedded store.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kbtest import write_tree
+from kbtest import cli_env, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 FILES = 1500  # one file per batch: minutes of work, so the run is mid-way when signalled
@@ -34,12 +33,10 @@ FILES = 1500  # one file per batch: minutes of work, so the run is mid-way when 
 pytestmark = pytest.mark.slow
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("KBSYNC_", "PREFECT_"))}
-    env.update(KBSYNC_HOME=str(tmp / "home"), KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_FILES_PER_BATCH="1", PREFECT_HOME=str(tmp / "prefect"),
-               PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    return env
+def _settings(tmp: Path) -> dict[str, str]:
+    """No Prefect API (each run starts its own server, under ``tmp``), one file a batch."""
+    return {"KBSYNC_EMBED_PROVIDER": "hash", "KBSYNC_FILES_PER_BATCH": "1",
+            "PREFECT_HOME": str(tmp / "prefect")}
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -95,9 +92,10 @@ def test_a_signal_mid_run_prints_the_error_object_and_stops_what_it_started(tmp_
     share = tmp_path / "share"
     write_tree(share, {f"d{i % 10}/doc{i:04d}.md": f"# Doc {i}\n\n" + f"Topic {i}. " * 40
                        for i in range(FILES)})
+    env = cli_env(None, tmp_path / "home", drop=("KBSYNC_", "PREFECT_"), **_settings(tmp_path))
     errors = tmp_path / "stderr.txt"
     with errors.open("wb") as sink:
-        proc = subprocess.Popen([KBSYNC, "ingest", str(share), "--json"], env=_env(tmp_path),
+        proc = subprocess.Popen([KBSYNC, "ingest", str(share), "--json"], env=env,
                                 stdout=subprocess.PIPE, stderr=sink, stdin=subprocess.DEVNULL)
     started: list[psutil.Process] = []
     try:
@@ -137,7 +135,8 @@ def test_a_killed_cli_takes_its_temporary_server_with_it(tmp_path):
     script = ("import sys, time; sys.path.insert(0, sys.argv[1]); "
               "from tasks.temp_server import start; server = start(); "
               "print(server._process.pid, flush=True); time.sleep(600)")
-    env = {**_env(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = cli_env(None, tmp_path / "home", drop=("KBSYNC_", "PREFECT_"), **_settings(tmp_path),
+              PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     parent = subprocess.Popen([sys.executable, "-c", script, env["PYTHONPATH"]], env=env,
                               stdout=subprocess.PIPE, text=True)
     server = None

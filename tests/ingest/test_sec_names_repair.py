@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from kbtest import KBSYNC, write_tree
+from kbtest import KBSYNC, hash_env, write_tree
 from kbsync import api
 from kbsync.runtime import Runtime
 from kbsync.errors import RootConflict
@@ -40,12 +39,8 @@ def shares(tmp_path):
     return a, b
 
 
-def _env(settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KBSYNC_", "PREFECT_API_URL"))}
-    env.update(KBSYNC_HOME=str(settings.home), KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_CONVERT_ISOLATION="false", HF_HUB_OFFLINE="1", **extra)
-    return env
+OUTER = ("KBSYNC_", "PREFECT_API_URL")
+"""The outer shell's settings and Prefect API stay out of a run here."""
 
 
 def _kbsync(env, *args: str) -> tuple[int, dict | None, str, str]:
@@ -110,7 +105,7 @@ remove(DiesAfterThePoints(), collection=settings.collection,
 
 def _kill_a_remove(settings, *root: str) -> None:
     """SIGKILL ``remove`` of root ``b`` (or, with no root, of namespace default) half way."""
-    proc = subprocess.run([sys.executable, "-c", _KILLED_REMOVE, *root], env=_env(settings),
+    proc = subprocess.run([sys.executable, "-c", _KILLED_REMOVE, *root], env=hash_env(None, settings.home, drop=OUTER),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     half = _contents(settings)
@@ -127,7 +122,7 @@ def test_repair_finishes_a_killed_remove_instead_of_rebuilding_it(settings, shar
     whole = _contents(settings)
     assert whole["records"] == {"a": 4, "b": 3} and whole["bound"] == {"a", "b"}
     _kill_a_remove_of_b(settings)
-    env = _env(settings)
+    env = hash_env(None, settings.home, drop=OUTER)
 
     code, found, _, err = _kbsync(env, "verify", "--json")
     assert code == 3, err
@@ -167,7 +162,7 @@ def test_the_next_ingest_finishes_a_killed_remove(settings, shares):
 def test_repair_finishes_a_killed_remove_of_a_namespace(settings, shares):
     _ingest(settings, *shares)
     _kill_a_remove(settings)
-    env = _env(settings)
+    env = hash_env(None, settings.home, drop=OUTER)
     code, found, _, err = _kbsync(env, "verify", "--json")
     assert code == 3 and found["pending_removals"] == [{"namespace": "default", "root": None}]
     code, repaired, text, err = _kbsync(env, "verify", "--repair")
@@ -178,9 +173,9 @@ def test_repair_finishes_a_killed_remove_of_a_namespace(settings, shares):
 
 def test_a_finished_remove_leaves_no_intent(settings, shares):
     _ingest(settings, *shares)
-    code, out, _, err = _kbsync(_env(settings), "remove", "--root", "b", "--yes", "--json")
+    code, out, _, err = _kbsync(hash_env(None, settings.home, drop=OUTER), "remove", "--root", "b", "--yes", "--json")
     assert code == 0 and out["documents"] == 3, err
-    code, clean, _, err = _kbsync(_env(settings), "verify", "--json")
+    code, clean, _, err = _kbsync(hash_env(None, settings.home, drop=OUTER), "verify", "--json")
     assert code == 0 and clean["pending_removals"] == [], err
 
 
@@ -201,7 +196,7 @@ def test_remove_under_the_state_collections_name_deletes_nothing(settings, share
     _ingest(settings, *shares)
     before = _contents(settings)
     for name in ("kbsync_state", "kbsync__r1"):
-        code, out, text, err = _kbsync(_env(settings, KBSYNC_COLLECTION=name),
+        code, out, text, err = _kbsync(hash_env(None, settings.home, drop=OUTER, KBSYNC_COLLECTION=name),
                                        "remove", "--namespace", "default", "--yes", "--json")
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1, err

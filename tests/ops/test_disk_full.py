@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kbtest import REPO, write_tree
+from kbtest import REPO, cli_env, hash_env, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 MIB = 2**20
@@ -65,13 +65,6 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=180):
         yield PREFECT_API_URL.value()
-
-
-def _env(prefect_api: str, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(PREFECT_API_URL=prefect_api, KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
-    return env
 
 
 def kbsync(env, *args: str, timeout: float = 300) -> tuple[int, str, str]:
@@ -172,7 +165,7 @@ def test_small_tmpfs_refuses_before_writing(tmpfs, prefect_api, tmp_path):
     mount = tmpfs(20)
     share = tmp_path / "share"
     _share_gen().generate(share, 200)
-    env = _env(prefect_api, mount / "home")
+    env = cli_env(prefect_api, mount / "home", KBSYNC_EMBED_PROVIDER="hash")
     code, _, err = kbsync(env, "ingest", str(share))
     line = _disk_full_line(code, err)
     assert str(mount / "home") in line
@@ -192,8 +185,7 @@ def test_full_disk_mid_run_loses_nothing_and_the_next_run_converges(tmpfs, prefe
     seed, share = tmp_path / "seed", tmp_path / "share"
     write_tree(seed, {"start.md": "# Start\n\nThe first document.\n"})
     _share_gen().generate(share, FILES, seed=7)  # ~1,000 chunks, ~7 MiB in the store
-    env = _env(prefect_api, home, KBSYNC_MIN_FREE_MB="0", KBSYNC_FILES_PER_BATCH="8",
-               KBSYNC_CONVERT_ISOLATION="false")
+    env = hash_env(prefect_api, home, KBSYNC_MIN_FREE_MB="0", KBSYNC_FILES_PER_BATCH="8")
     seeding = Runtime.open(settings.model_copy(update={"home": home}))
     try:  # the store's collections exist (fast, in-process): what is left is the share
         run_plain([parse_root(str(seed))], runtime=seeding)

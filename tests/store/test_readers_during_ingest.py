@@ -26,7 +26,7 @@ from kbsync.store import open_store
 from kbsync.store.base import Point
 from kbsync.store.edge.relay import PROTOCOL_VERSION, recv_frame, send_frame, socket_path
 from kbsync.store.edge.relay_client import RelayStore
-from kbtest import write_tree
+from kbtest import hash_env, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 WRITER = Path(__file__).with_name("relay_writer.py")
@@ -42,13 +42,6 @@ def _share(root: Path, count: int = FILES) -> Path:
     return root
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_CONVERT_ISOLATION="false", HF_HUB_OFFLINE="1", **extra)
-    return env
-
-
 def _kbsync(env: dict, *args: str, timeout: float = 120) -> tuple[int, dict | None, str]:
     proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -62,7 +55,7 @@ class Writer:
     def __init__(self, tmp: Path, home: Path, share: Path) -> None:
         self.stop_file = tmp / f"stop-{time.monotonic_ns()}"
         self.proc = subprocess.Popen([sys.executable, str(WRITER), str(share),
-                                      str(self.stop_file)], env=_env(home), text=True,
+                                      str(self.stop_file)], env=hash_env(None, home), text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         line = self.proc.stdout.readline()
         assert line.strip() == "ready", self.proc.stderr.read()
@@ -100,7 +93,7 @@ def test_search_and_stats_are_served_while_an_ingest_writes(tmp_path, home, writ
     sock = socket_path(home, home / "qdrant")
     assert sock.exists() and (sock.stat().st_mode & 0o777) == 0o600
     assert (sock.parent.stat().st_mode & 0o777) == 0o700
-    env = _env(home)
+    env = hash_env(None, home)
     for _ in range(2):  # two rounds, each while the writer rewrites every document
         code, hits, err = _kbsync(env, "search", "rotate key policy", "--json")
         assert code == 0, err
@@ -175,7 +168,7 @@ def test_relay_gone_mid_call_is_one_line_exit_1(home, writer):
     _freeze(writer.proc.pid)  # the relay can no longer answer
     try:
         baseline = _connections(sock)
-        reader = subprocess.Popen([KBSYNC, "stats", "--json"], env=_env(home), text=True,
+        reader = subprocess.Popen([KBSYNC, "stats", "--json"], env=hash_env(None, home), text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while _connections(sock) <= baseline:  # the reader connected and sent its request
@@ -198,7 +191,7 @@ def test_a_stale_socket_is_ignored_by_readers_and_replaced_by_the_next_ingest(tm
     crashed.kill()
     sock = socket_path(home, home / "qdrant")
     assert sock.exists()
-    env = _env(home)
+    env = hash_env(None, home)
     code, stats, err = _kbsync(env, "stats", "--json")  # free folder: opened directly
     assert code == 0, err
     assert stats["namespaces"]["default"]["documents"] == FILES

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kbtest import KBSYNC, write_tree
+from kbtest import KBSYNC, hash_env, write_tree
 from kbsync import home as kbhome
 from kbsync.errors import HomeExposed
 from kbsync.settings import Settings
@@ -50,16 +50,9 @@ finally:
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="useradd/groupadd need root")
 
 
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBSYNC_")}
-    env.update(KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash",
-               KBSYNC_CONVERT_ISOLATION="false", HF_HUB_OFFLINE="1", **extra)
-    return env
-
-
 def _build(home: Path, share: Path, umask: str = "000", **extra: str) -> None:
     write_tree(share, {f"d{i}.md": f"# Secret {i}\n\nchunk text number {i}" for i in range(3)})
-    proc = subprocess.run([sys.executable, "-c", BUILD, umask, str(share)], env=_env(home, **extra),
+    proc = subprocess.run([sys.executable, "-c", BUILD, umask, str(share)], env=hash_env(None, home, **extra),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -158,7 +151,7 @@ def test_the_cli_refuses_an_exposed_home_in_one_line(tmp_path) -> None:
     home = tmp_path / "home"
     _build(home, tmp_path / "share", umask="077")
     subprocess.run(["chmod", "-R", "go+rX", str(home)], check=True)  # as a umask 022 left it
-    proc = subprocess.run([KBSYNC, "search", "secret"], env=_env(home), capture_output=True,
+    proc = subprocess.run([KBSYNC, "search", "secret"], env=hash_env(None, home), capture_output=True,
                           text=True, timeout=120)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1, proc.stderr
@@ -169,7 +162,7 @@ def test_the_cli_refuses_an_exposed_home_in_one_line(tmp_path) -> None:
     assert "Secret" not in proc.stdout
 
     subprocess.run(["chmod", "-R", "go-rwx", str(home)], check=True)  # the fix it names
-    proc = subprocess.run([KBSYNC, "search", "secret"], env=_env(home), capture_output=True,
+    proc = subprocess.run([KBSYNC, "search", "secret"], env=hash_env(None, home), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Secret" in proc.stdout
