@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -46,3 +47,21 @@ def runtime(settings):
     rt = Runtime.open(settings)
     yield rt
     rt.close()
+
+
+@pytest.fixture(params=["edge", "local"])
+def adapter_runtime(request, runtime, tmp_path):
+    """The hash-embedder runtime on the embedded engine, or on qdrant-client local mode
+    (the ingest and catalog tests run their rules on both adapters)."""
+    if request.param == "edge":
+        yield runtime
+        return
+    from kbsync.catalog.state import StateStore
+    from kbsync.store.server.store import ServerStore
+
+    store = ServerStore.local(tmp_path / "qdrant-local")
+    try:
+        yield replace(runtime, store=store,
+                      states=StateStore(store, runtime.settings.state_collection))
+    finally:
+        store.close()

@@ -32,9 +32,9 @@ server is what makes the limit reach other machines. A library caller that passe
 against a server store (:func:`given_or_embedded`): an unguarded server write is never
 chosen silently.
 
-Tested by ``tests/ingest/test_lock_doors.py`` (every door serialised, the decision
-carried to every writer), ``tests/ingest/test_lock.py``,
-``tests/ingest/test_sec_lock_holder.py``, ``tests/flows/test_run_lock.py`` (the Prefect
+Tested by ``tests/catalog/test_lock_doors.py`` (every door serialised, the decision
+carried to every writer), ``tests/catalog/test_lock.py``,
+``tests/catalog/test_sec_lock_holder.py``, ``tests/flows/test_run_lock.py`` (the Prefect
 limit) and ``tests/arch/test_layers.py`` (only the doors decide).
 
 The lock file is locked with ``flock`` through the ``filelock`` library; the OS releases it

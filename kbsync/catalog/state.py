@@ -106,7 +106,7 @@ class StateStore:
     def record_id(namespace: str, doc_id: str) -> str:
         """Deterministic point id of a document's state record: ``uuid5(STATE_NAMESPACE,
         json.dumps([namespace, doc_id]))``, spelled out (a plan slice asks for thousands, and
-        ``uuid.uuid5`` builds two objects each; tests/ingest/test_state.py checks it is the
+        ``uuid.uuid5`` builds two objects each; tests/catalog/test_state.py checks it is the
         same)."""
         digest = bytearray(hashlib.sha1(STATE_NAMESPACE.bytes + json.dumps(
             [namespace, doc_id]).encode("utf-8")).digest()[:16])
