@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the types only: `--help` must not import the query wing (TY
 
 TYPES_HELP = "pdf, html, docx, xlsx, pptx, csv, markdown, text, json, code, image"
 """``kbsync.query.filters.SOURCE_TYPES`` spelled out: ``--help`` must not import the query
-wing (tests/app/test_cli_startup.py); tests/app/test_cli_filters.py keeps the two equal."""
+wing (tests/app/test_cli_startup.py); tests/query/test_filters.py keeps the two equal."""
 
 
 def _checked(name: str):

@@ -1,6 +1,7 @@
 """Pointers from the code to the docs lead somewhere (issue 36): a message or comment that cites
-a README section names a heading the README has, and a cited page (``docs/....md``,
-``tests/bench/README.md``, with an optional ``#anchor``) exists, anchor included.
+a README section names a heading the README has, a cited page (``docs/....md``,
+``tests/bench/README.md``, with an optional ``#anchor``) exists, anchor included, and so does
+a cited test module (``tests/....py``).
 
 Only the code is scanned (``kbsync/``, ``tasks/``, ``flows/``, ``deployments/``); the links of
 the README and the docs are ``test_front_door.py``'s. Text is read with its whitespace collapsed,
@@ -19,6 +20,8 @@ SECTION = re.compile(r"""\bREADME(?:,|'s)\s+["`*]?([A-Za-z][^)\].,:;"`*]*)""")
 PAGE = re.compile(r"""(?<![\w./`'"-])((?:docs|tests/bench)/[\w./-]*?\.md)(?:#([\w-]+))?""")
 """A repository-relative Markdown page, optionally with an anchor; one in quotes or backquotes
 (``"docs/api/x.md"``, a path in a share) is an example, not a pointer."""
+TEST_FILE = re.compile(r"(?<![\w./-])(tests/[\w/-]+\.py)")
+"""A test module named as the one that checks a rule ("Tested by ``tests/...``"): tests move."""
 
 
 def sources() -> list[Path]:
@@ -63,6 +66,8 @@ def test_the_patterns_see_what_they_should() -> None:
     assert cited_pages("(docs/models.md#e5-on-onnx-runtime) and tests/bench/README.md, "
                        "docs/decisions/ and mydocs/x.md, ``docs/api/x.md``") == [
         ("docs/models.md", "e5-on-onnx-runtime"), ("tests/bench/README.md", "")]
+    assert TEST_FILE.findall("Tested by ``tests/catalog/test_lock.py``, mytests/x.py") == [
+        "tests/catalog/test_lock.py"]
     assert names_a_heading("Commands", ["commands"])
     assert names_a_heading("configuration", ["configuration"])
     assert not names_a_heading("Formats", ["commands", "formatsx"])
@@ -80,4 +85,6 @@ def test_every_pointer_of_the_code_resolves() -> None:
                 broken.append(f"{where}: {page} (no such file)")
             elif anchor and anchor not in anchors(target):
                 broken.append(f"{where}: {page}#{anchor} (no heading #{anchor})")
+        broken += [f"{where}: {test} (no such file)" for test in TEST_FILE.findall(text)
+                   if not (ROOT / test).is_file()]
     assert not broken, "pointers to nowhere:\n" + "\n".join(broken)
