@@ -19,9 +19,14 @@ from kbsync.settings import Settings
 
 
 def distributed_in_use(settings: Settings) -> bool:
-    """The rule: a server store (``KBSYNC_QDRANT_URL``) or a Prefect API
-    (``PREFECT_API_URL``, from the environment) is in use."""
-    return bool(settings.qdrant_url or os.environ.get("PREFECT_API_URL"))
+    """The rule: a server store (``KBSYNC_QDRANT_URL``) written under a Prefect API
+    (``PREFECT_API_URL``, from the environment).
+
+    Not a server store alone: without a named API Prefect would start its temporary local
+    server (10-30 s) to keep a limit in this machine's own database, which excludes no
+    writer the lock file does not already exclude. Not an API alone: on the embedded engine
+    the lock file is the whole rule (one machine)."""
+    return bool(settings.qdrant_url and os.environ.get("PREFECT_API_URL"))
 
 
 def write_locks(settings: Settings) -> WriteLocks:

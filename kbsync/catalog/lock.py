@@ -6,7 +6,7 @@ rollback and restore alike:
 1. **The front door decides, once.** Whether the distributed lock is taken is decided by
    the door a write comes in through, and only there: ``kbsync.app.locks.write_locks``
    for the CLI and the Python API (the distributed lock when a server store,
-   ``KBSYNC_QDRANT_URL``, or a Prefect API, ``PREFECT_API_URL``, is in use), and
+   ``KBSYNC_QDRANT_URL``, is written under a Prefect API, ``PREFECT_API_URL``), and
    :func:`tasks.locking.flow_locks` for the flows (always: a flow runs under a Prefect
    API). The decision is a :class:`WriteLocks` value; the executor (``InProcess``,
    ``PrefectExecutor``) and every writer below it (the runner, repair, removal, rollback,
@@ -24,9 +24,9 @@ Both wait ``KBSYNC_LOCK_TIMEOUT_S`` (0: refuse at once) and refuse with
 :class:`~kbsync.errors.LockHeld` naming the holder. Not reentrant.
 
 Limits: the door reads ``PREFECT_API_URL`` from the environment only (a Prefect profile
-naming an API is not seen: a server store still decides it). Without ``PREFECT_API_URL``
-Prefect serves the limit from its temporary local server (started on first use, 10-30 s),
-which excludes writers of this machine only, as the lock file does; a shared Prefect
+naming an API is not seen). Without it a CLI or API write to a server store takes the lock
+file alone: Prefect would otherwise keep the limit in a temporary local server (10-30 s to
+start) that excludes writers of this machine only, as the lock file does. A shared Prefect
 server is what makes the limit reach other machines. A library caller that passes no
 :class:`WriteLocks` (``run_plain``, ``repair``) gets the lock file alone, and is refused
 against a server store (:func:`given_or_embedded`): an unguarded server write is never

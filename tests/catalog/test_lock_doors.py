@@ -177,9 +177,11 @@ def test_the_doors_decide_by_one_rule(settings, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     assert door_locks.write_locks(settings).distributed is None  # embedded: one machine
     server = settings.model_copy(update={"qdrant_url": SERVER})
-    assert door_locks.write_locks(server).distributed is door_locks.prefect_lock
+    # No API named: Prefect's limit would live in a temporary server of this machine only.
+    assert door_locks.write_locks(server).distributed is None
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
-    assert door_locks.write_locks(settings).distributed is door_locks.prefect_lock
+    assert door_locks.write_locks(settings).distributed is None  # embedded: one machine
+    assert door_locks.write_locks(server).distributed is door_locks.prefect_lock
 
 
 def test_the_decided_lock_is_taken_first_and_released_last(server, tmp_path):
@@ -207,6 +209,7 @@ def test_every_door_takes_the_decided_distributed_lock(server, settings, share, 
     every writer, which refuses before it opens the lock file or asks the server."""
     elsewhere = Elsewhere()
     monkeypatch.setattr(door_locks, "prefect_lock", elsewhere)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # named, never reached
     with pytest.raises(LockHeld, match="another machine"):
         api.add_text("A text of its own.", "notes/n", settings=server)
     with pytest.raises(LockHeld, match="another machine"):
