@@ -9,6 +9,20 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "kbsync")
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """The API URL of one ``prefect_test_harness`` server for the whole session (one per
+    xdist worker): it takes 10-30 s to start on 2 cores, so no test starts its own unless
+    it kills or reconfigures it (tests/ops, tests/flows/test_prefect_api_loss.py)."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield PREFECT_API_URL.value()
 
 
 @pytest.fixture(autouse=True)

@@ -52,15 +52,23 @@ def links(path: Path):
                 yield target, number
 
 
+CI_MARKER = "# The README's test command (keep the two identical)"
+
+
 def test_the_readme_is_at_most_200_lines() -> None:
     count = len(README.read_text(encoding="utf-8").splitlines())
     assert count <= MAX_README_LINES, f"README.md has {count} lines; move detail into docs/"
 
 
 def test_the_readme_test_command_is_what_ci_runs() -> None:
-    ci_last = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
-    assert ci_last in README.read_text(encoding="utf-8").splitlines(), (
-        "README.md must show the last line of .ci/run as its test command, unchanged")
+    """.ci/run runs the README's test command (the line after its marker comment), then
+    the slow tier, and nothing after that."""
+    lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
+    (marker,) = [i for i, line in enumerate(lines) if line.startswith(CI_MARKER)]
+    assert lines[marker + 1] in README.read_text(encoding="utf-8").splitlines(), (
+        "README.md must show the line after .ci/run's marker comment as its test command")
+    assert lines[marker + 1].endswith("pytest -q"), "the README's command runs the default tier"
+    assert lines[-1] == ".venv/bin/python -m pytest -q -m slow", ".ci/run ends with the slow tier"
 
 
 def test_the_readme_main_job_is_one_command() -> None:

@@ -25,9 +25,10 @@ from kbtest import write_tree
 BIN = Path(sys.executable).parent
 KBSYNC, PREFECT = str(BIN / "kbsync"), str(BIN / "prefect")
 BOUND_S = 20  # KBSYNC_ORCHESTRATOR_TIMEOUT_S for this test (default 60)
-# One file per batch: enough batches that the run is still writing when the API dies (300
-# one-file batches now finish within the 4 s the test waits after the subflow starts).
+# One file per batch: enough batches that the run is still writing when the API dies, which
+# is once BATCHES_BEFORE_KILL of them have completed (the event, not a pause).
 FILES = 2000
+BATCHES_BEFORE_KILL = 20
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +84,16 @@ def _root_run_started(api: str) -> bool:
         return False
 
 
+def _batches_done(api: str) -> int:
+    """How many ``batch`` task runs have completed (one file each here)."""
+    body = {"task_runs": {"name": {"like_": "batch"},
+                          "state": {"type": {"any_": ["COMPLETED"]}}}}
+    try:
+        return int(httpx.post(f"{api}/task_runs/count", json=body, timeout=5).json())
+    except (httpx.HTTPError, ValueError):
+        return 0
+
+
 def _consistent_index(home: Path) -> dict[str, int]:
     """doc_id -> chunk_count, asserting every state record has exactly its points."""
     from kbsync.catalog.state import StateStore
@@ -121,7 +132,10 @@ def test_lost_api_ends_the_run_within_the_bound_and_the_rerun_converges(tmp_path
             assert cli.poll() is None, cli.communicate()
             assert time.monotonic() < deadline, "the ingest-root subflow never started"
             time.sleep(0.5)
-        time.sleep(4)  # some batches written, most of the run ahead
+        while _batches_done(api) < BATCHES_BEFORE_KILL:  # some written, most of the run ahead
+            assert cli.poll() is None, cli.communicate()
+            assert time.monotonic() < deadline, "no batch of the run completed"
+            time.sleep(0.2)
         assert cli.poll() is None, "the run ended before the API was killed: make it longer"
         _kill(server)
         killed = time.monotonic()

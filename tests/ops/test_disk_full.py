@@ -56,17 +56,6 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def prefect_api():
-    """A Prefect test server for the module's CLI runs."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        yield PREFECT_API_URL.value()
-
-
 def kbsync(env, *args: str, timeout: float = 300) -> tuple[int, str, str]:
     proc = subprocess.run([KBSYNC, *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)

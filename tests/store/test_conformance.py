@@ -164,7 +164,11 @@ def test_zero_vector_only_when_flagged(store, coll) -> None:
     assert all(math.isfinite(h.score) for h in hits)
 
 
-@pytest.mark.parametrize("bad_id", ["not-a-uuid", str(uuid.uuid4()).upper(), 7])
+# An upper-case uuid4, spelled out: parallel workers must collect the same test ids.
+UPPER_UUID = "9358746E-9F8E-4BB3-ABC3-50AF457B9078"
+
+
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", UPPER_UUID, 7])
 def test_point_ids_must_be_canonical_uuids(store, coll, bad_id) -> None:
     with pytest.raises(UsageError):
         store.upsert(coll, [Point(bad_id, {}, unit(1))])
