@@ -23,6 +23,7 @@ from flows.rebuild_executor import PrefectRebuildExecutor
 from kbsync.ingest.summary import new_run_id
 from kbsync.maintenance.rebuild_runner import RebuildRequest, run_rebuild, target_settings
 from kbsync.settings import load_settings
+from tasks.locking import flow_locks
 from tasks.rebuild_tasks import publish_rebuild
 from tasks.run_names import rebuild_run_name
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
@@ -53,7 +54,8 @@ def rebuild(
     request = RebuildRequest(settings=settings, queries_file=queries_file, namespace=namespace,
                              max_drop=max_drop, modes=tuple(modes), k=k, build=build or {},
                              run_id=str(flow_run.get_id() or new_run_id()))
-    report = run_rebuild(request, PrefectRebuildExecutor())
+    # The flow is the rebuild's door: it decides the lock once, its executor holds it.
+    report = run_rebuild(request, PrefectRebuildExecutor(locks=flow_locks(settings)))
     publish_rebuild(report)  # in the flow body: the artifacts belong to this flow run
     if not report["swapped"]:
         # A flow may return a State to set its final state (Prefect resolves it at run time);

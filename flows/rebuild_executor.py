@@ -8,8 +8,10 @@ and where the locks go; this only says how, in Prefect:
 - a shadow ingest (the build, the replay) runs the ingest runner on
   :class:`flows.executor.PrefectExecutor`, so every root is an ``ingest-root`` subflow
   tagged ``shadow`` or ``replay`` and ``namespace:NS``;
-- the write lock is :func:`tasks.locking.run_lock` (a Prefect concurrency limit on a
-  Qdrant server, and the lock file), named ``rebuild`` for a refused writer.
+- the write lock is the flow's decision it is given (:func:`tasks.locking.flow_locks`: a
+  Prefect concurrency limit on a Qdrant server, and the lock file), held for each
+  collection through :func:`kbsync.maintenance.rebuild_runner.locks_for` and named
+  ``rebuild`` for a refused writer; nothing here decides it.
 """
 
 from __future__ import annotations
@@ -20,23 +22,25 @@ from typing import Any, Iterator
 from prefect import tags as prefect_tags
 
 from flows.executor import PrefectExecutor
+from kbsync.catalog.lock import WriteLocks
 from kbsync.eval.queries import EvalQuery
 from kbsync.eval.run import ModeSpec
 from kbsync.ingest.executor import Executor
 from kbsync.maintenance import rebuild as rb
+from kbsync.maintenance.rebuild_runner import locks_for
 from kbsync.settings import Settings
 from kbsync.store.base import VectorStore
 from tasks import rebuild_tasks as t
-from tasks.locking import run_lock
 from tasks.resources import release, runtime_for
 
 
 class _Shadow(PrefectExecutor):
-    """The shadow's ingest executor with its own write lock (on a server: the shadow's)."""
+    """The shadow's ingest executor with its own write lock (on a server: the shadow's),
+    ``locks`` being the flow's decision held for the shadow."""
 
     def write_lock(self, namespace: str) -> AbstractContextManager:
         """The shadow's lock, named as the rebuild's."""
-        return run_lock(self.settings, namespace, purpose="rebuild")
+        return self.locks.hold(namespace, "rebuild")
 
 
 class _Unlocked(PrefectExecutor):
@@ -49,11 +53,19 @@ class _Unlocked(PrefectExecutor):
 
 
 class PrefectRebuildExecutor:
-    """The rebuild sequence's steps as Prefect tasks inside the current flow run."""
+    """The rebuild sequence's steps as Prefect tasks inside the current flow run.
+
+    Args:
+        locks: the flow's lock decision (:func:`tasks.locking.flow_locks`), held (named
+            ``rebuild``) for every collection the runner locks.
+    """
+
+    def __init__(self, *, locks: WriteLocks) -> None:
+        self.locks = locks
 
     def write_lock(self, settings: Settings, namespace: str) -> AbstractContextManager:
-        """The run lock of ``settings``' collection (see :func:`tasks.locking.run_lock`)."""
-        return run_lock(settings, namespace, purpose="rebuild")
+        """The flow's lock of ``settings``' collection, named as the rebuild's."""
+        return locks_for(self.locks, settings).hold(namespace, "rebuild")
 
     def open_shadow(self, shadow: Settings) -> VectorStore:
         """The shadow's process-wide runtime (it serves other processes' reads)."""
@@ -76,7 +88,8 @@ class PrefectRebuildExecutor:
         """The ingest flow's executor on the shadow, under ``tags`` (its tasks and its
         ``ingest-root`` subflows carry them)."""
         with prefect_tags(*tags):
-            yield _Shadow(shadow) if locked else _Unlocked(shadow)
+            yield (_Shadow(shadow, locks=locks_for(self.locks, shadow)) if locked
+                   else _Unlocked(shadow, locks=self.locks))
 
     def evaluate(self, queries: list[EvalQuery], specs: list[ModeSpec], which: str,
                  live: Settings, shadow: Settings, *, namespace: str, k: int) -> dict[str, Any]:

@@ -4,8 +4,9 @@
 Runtimes are opened through an injected ``open_runtime`` (``kbsync.runtime.Runtime.open``,
 which lives above this wing), once for the shadow; the live collection is read through
 the shadow's store (:func:`kbsync.maintenance.rebuild_steps.live_runtime`). The write
-lock is the one policy's file lock (:func:`kbsync.catalog.lock.ingest_lock`), with a
-distributed lock when one is injected (Prefect's, on a server).
+locks are the caller's door's decision (a :class:`~kbsync.catalog.lock.WriteLocks`), held
+for each collection the runner locks (:func:`~kbsync.maintenance.rebuild_runner.locks_for`);
+nothing here decides whether the distributed lock is taken.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, Iterator
 
-from kbsync.catalog.lock import DistributedLock, ingest_lock
+from kbsync.catalog.lock import WriteLocks, given_or_embedded
 from kbsync.eval.queries import EvalQuery
 from kbsync.eval.run import ModeSpec
 from kbsync.ingest.executor import Executor, InProcess as IngestInProcess
 from kbsync.maintenance import rebuild as rb
 from kbsync.maintenance import rebuild_steps as steps
-from kbsync.maintenance.rebuild_runner import RebuildRequest, run_rebuild
+from kbsync.maintenance.rebuild_runner import RebuildRequest, locks_for, run_rebuild
 from kbsync.maintenance.rebuild_steps import RebuildRuntime
 from kbsync.settings import Settings
 from kbsync.store.base import VectorStore
@@ -34,21 +35,19 @@ class InProcess:
     Args:
         open_runtime: opens the shadow's runtime (``kbsync.runtime.Runtime.open``);
             the executor owns it and closes it in :meth:`release`.
-        distributed: the lock of writers on other machines, taken before the lock file
-            on a Qdrant server (:func:`kbsync.catalog.lock.ingest_lock`); default none.
+        locks: the front door's lock decision, held (named ``rebuild``) for every
+            collection the runner locks.
     """
 
-    def __init__(self, open_runtime: OpenRuntime, *,
-                 distributed: DistributedLock | None = None) -> None:
+    def __init__(self, open_runtime: OpenRuntime, *, locks: WriteLocks) -> None:
         self._open = open_runtime
-        self._distributed = distributed
+        self._locks = locks
         self._shadow: RebuildRuntime | None = None
         self._live: RebuildRuntime | None = None
 
     def write_lock(self, settings: Settings, namespace: str) -> AbstractContextManager:
-        """The one policy's lock, named as the rebuild's."""
-        return ingest_lock(settings, namespace, purpose="rebuild",
-                           distributed=self._distributed)
+        """The door's lock of ``settings``' collection, named as the rebuild's."""
+        return locks_for(self._locks, settings).hold(namespace, "rebuild")
 
     def open_shadow(self, shadow: Settings) -> VectorStore:
         """Open the shadow's runtime (once); its store."""
@@ -82,6 +81,7 @@ class InProcess:
                       tags: tuple[str, ...]) -> Iterator[Executor]:
         """The ingest runner's in-process executor on the shadow's runtime (``tags``: no
         record to name here)."""
+        # Through write_lock: the shadow's lock is the same door's decision, for the shadow.
         lock = (lambda ns: self.write_lock(shadow, ns)) if locked else None
         yield IngestInProcess(self._shadow_rt(), write_lock=lock)
 
@@ -113,13 +113,20 @@ class InProcess:
 
 
 def rebuild_plain(request: RebuildRequest, *, open_runtime: OpenRuntime,
-                  distributed: DistributedLock | None = None) -> dict[str, Any]:
+                  locks: WriteLocks | None = None) -> dict[str, Any]:
     """The whole rebuild in this thread: what the ``rebuild`` flow does, in one call.
 
+    Args:
+        locks: the front door's lock decision (``kbsync.app.locks.write_locks``); without
+            it, the lock file alone, on the embedded engine only
+            (:func:`kbsync.catalog.lock.given_or_embedded`), as for
+            :func:`kbsync.ingest.runner.run_plain`.
     Returns:
         The report of :func:`~kbsync.maintenance.rebuild_runner.run_rebuild` (``swapped``
         False when the gate refused).
     Raises:
+        UsageError: no ``locks`` against a Qdrant server (before any step).
         As :func:`~kbsync.maintenance.rebuild_runner.run_rebuild`.
     """
-    return run_rebuild(request, InProcess(open_runtime, distributed=distributed))
+    locks = given_or_embedded(locks, request.settings)
+    return run_rebuild(request, InProcess(open_runtime, locks=locks))

@@ -16,6 +16,10 @@ shadow's ingests then take no lock of their own (one lock file covers the store:
 it again would wait on ourselves). On a server, syncs write the live collection while
 the shadow is built under its own lock; the live collection's locks (one per distinct
 lock of the plan's namespaces) are held around replay, state check, gate and swap.
+Whether a lock includes the distributed one is the front door's decision, not the
+runner's nor an executor's: each executor holds the :class:`~kbsync.catalog.lock.WriteLocks`
+its door gave it (``rebuild_plain``'s caller, or the flow's
+:func:`tasks.locking.flow_locks`), for each collection through :func:`locks_for`.
 
 Two executors: :class:`kbsync.maintenance.rebuild_plain.InProcess` calls each step at
 once (tests, scripts); ``flows.rebuild_executor.PrefectRebuildExecutor`` runs each as a
@@ -31,12 +35,12 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, Sequence
 
 from kbsync.catalog import active
-from kbsync.catalog.lock import ingest_lock_path
+from kbsync.catalog.lock import WriteLocks, ingest_lock_path
 from kbsync.errors import UsageError
 from kbsync.eval.queries import EvalQuery
 from kbsync.eval.run import ModeSpec, check_k, load_queries, parse_modes
@@ -97,7 +101,8 @@ class RebuildExecutor(Protocol):
 
     def write_lock(self, settings: Settings, namespace: str) -> AbstractContextManager:
         """The write lock of ``settings``' collection and ``namespace``, held for a rebuild
-        (a refused writer is told so)."""
+        (a refused writer is told so): the door's :class:`~kbsync.catalog.lock.WriteLocks`
+        the executor was given, through :func:`locks_for`; an executor decides nothing."""
 
     def open_shadow(self, shadow: Settings) -> VectorStore:
         """Open the shadow's runtime; its store (the live collection is read through it;
@@ -155,6 +160,13 @@ def checked_build(build: Mapping[str, Any] | None) -> dict[str, Any]:
 def target_settings(settings: Settings, build: Mapping[str, Any] | None) -> Settings:
     """The new settings: ``settings`` with ``build`` in force (see :func:`checked_build`)."""
     return active.apply_build(settings, checked_build(build))
+
+
+def locks_for(locks: WriteLocks, settings: Settings) -> WriteLocks:
+    """The door's decision ``locks`` held for another collection of the rebuild (the
+    target, the shadow or the live one): the same distributed lock, or none, for the
+    lock of ``settings``' collection. Executors call this; it decides nothing."""
+    return replace(locks, settings=settings)
 
 
 def lock_scope(settings: Settings) -> LockScope:

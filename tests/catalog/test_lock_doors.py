@@ -248,3 +248,26 @@ def test_a_library_caller_without_a_decision_is_refused_against_a_server(server,
     never guarded on this machine only without a word."""
     with _runtime(server) as rt, pytest.raises(UsageError, match="front door's lock decision"):
         run_plain([parse_root(str(share))], runtime=rt)
+
+
+def test_the_rebuild_holds_the_decision_it_is_given(server):
+    """The rebuild's plain executor holds its door's decision for each collection the
+    runner locks (the live one, the shadow), never one of its own; ``rebuild_plain``
+    without a decision refuses a server store before any step. (The Prefect executor:
+    ``tests/flows/test_rebuild_runner_prefect.py``.)"""
+    from kbsync.maintenance.rebuild_plain import InProcess, rebuild_plain
+    from kbsync.maintenance.rebuild_runner import RebuildRequest
+
+    elsewhere = Elsewhere()
+    executor = InProcess(Runtime.open, locks=WriteLocks(server, elsewhere))
+    shadow = server.model_copy(update={"collection": "kbsync__r1", "active_of": None})
+    for collection in (server, shadow):
+        with pytest.raises(LockHeld, match="another machine"):
+            with executor.write_lock(collection, "team"):
+                pytest.fail("the lock held elsewhere was taken")
+    assert elsewhere.tries == [("team", "rebuild"), ("team", "rebuild")]
+    opened: list[Settings] = []
+    with pytest.raises(UsageError, match="front door's lock decision"):
+        rebuild_plain(RebuildRequest(settings=server, queries_file="q.jsonl"),
+                      open_runtime=opened.append)  # type: ignore[arg-type]
+    assert opened == []

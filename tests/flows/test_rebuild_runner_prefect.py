@@ -10,10 +10,13 @@ store, so the two cannot drift. A refusal ends Completed named ``Refused``.
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 
 import pytest
 from prefect.client.orchestration import get_client
 
+from kbsync.catalog.lock import WriteLocks
+from kbsync.errors import LockHeld
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.maintenance.rebuild_plain import rebuild_plain
@@ -34,6 +37,31 @@ def live_kb(settings, tmp_path):
     finally:
         runtime.close()
     return settings, topic_queries(tmp_path / "q.jsonl")
+
+
+def test_the_prefect_executor_holds_the_decision_it_is_given(settings):
+    """The flow decides (``flow_locks``) and its executor holds that decision for each
+    collection the runner locks, deciding nothing itself: here a server's distributed lock,
+    held by a writer elsewhere, refuses the live and the shadow lock alike (no Prefect
+    server needed: the lock is refused before any request)."""
+    from flows.rebuild_executor import PrefectRebuildExecutor
+
+    tries = []
+
+    @contextmanager
+    def elsewhere(locked, namespace, *, purpose):
+        tries.append((locked.logical_collection, namespace, purpose))
+        raise LockHeld("a writer on another machine")
+        yield  # pragma: no cover - a generator, for @contextmanager
+
+    server = settings.model_copy(update={"qdrant_url": "http://127.0.0.1:9"})
+    shadow = server.model_copy(update={"collection": "kbsync__r1", "active_of": None})
+    executor = PrefectRebuildExecutor(locks=WriteLocks(server, elsewhere))
+    for collection in (server, shadow):
+        with pytest.raises(LockHeld, match="another machine"):
+            with executor.write_lock(collection, "default"):
+                pytest.fail("the lock held elsewhere was taken")
+    assert tries == [("kbsync", "default", "rebuild"), ("kbsync__r1", "default", "rebuild")]
 
 
 def _runs(parent_id):

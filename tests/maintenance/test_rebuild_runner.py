@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from kbsync.catalog.lock import ingest_lock
+from kbsync.catalog.lock import WriteLocks, ingest_lock
 from kbsync.errors import LockHeld, UsageError
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
@@ -30,10 +30,11 @@ REPORT_KEYS = {"namespace", "swapped", "plan", "live", "shadow", "decision", "st
 
 
 class Recording(InProcess):
-    """The in-process executor, recording each step, lock and release in order."""
+    """The in-process executor, recording each step, lock and release in order; it holds
+    the lock file alone (a door's decision on the embedded engine)."""
 
-    def __init__(self, *, fail_on: str | None = None) -> None:
-        super().__init__(Runtime.open)
+    def __init__(self, settings, *, fail_on: str | None = None) -> None:
+        super().__init__(Runtime.open, locks=WriteLocks(settings))
         self.calls: list[str] = []
         self.fail_on = fail_on
 
@@ -111,7 +112,7 @@ def _request(settings, queries, **changes) -> RebuildRequest:
 
 def test_the_steps_run_in_order_under_the_whole_store_lock(live_kb):
     settings, queries, _ = live_kb
-    executor = Recording()
+    executor = Recording(settings)
     report = run_rebuild(_request(settings, queries), executor)
     assert lock_scope(settings) == "store"
     # Embedded engine: the store's lock from before the open until after the release; the
@@ -137,7 +138,7 @@ def test_on_a_server_the_live_locks_cover_replay_check_and_swap(live_kb, monkeyp
     its own lock, and the live collection's lock is held from the replay to the swap."""
     settings, queries, _ = live_kb
     monkeypatch.setattr(rebuild_runner, "lock_scope", lambda s: "live")
-    executor = Recording()
+    executor = Recording(settings)
     assert run_rebuild(_request(settings, queries), executor)["swapped"]
     assert executor.calls == [
         "open_shadow kbsync__r1", "check_before_build", "prepare_shadow",
@@ -151,7 +152,7 @@ def test_on_a_server_the_live_locks_cover_replay_check_and_swap(live_kb, monkeyp
     {"queries_file": "missing.jsonl"}])
 def test_usage_errors_come_before_any_step_or_lock(live_kb, changes):
     settings, queries, _ = live_kb
-    executor = Recording()
+    executor = Recording(settings)
     with pytest.raises(UsageError):
         run_rebuild(_request(settings, queries, **changes), executor)
     assert executor.calls == []
@@ -159,7 +160,7 @@ def test_usage_errors_come_before_any_step_or_lock(live_kb, changes):
 
 def test_a_rebuild_during_an_ingest_is_lock_held_before_it_opens_anything(live_kb):
     settings, queries, _ = live_kb
-    executor = Recording()
+    executor = Recording(settings)
     with ingest_lock(settings, "default"):
         with pytest.raises(LockHeld):
             run_rebuild(_request(settings, queries), executor)
@@ -168,7 +169,7 @@ def test_a_rebuild_during_an_ingest_is_lock_held_before_it_opens_anything(live_k
 
 def test_a_worse_model_is_refused_and_its_shadow_discarded(live_kb):
     settings, queries, _ = live_kb
-    executor = Recording()
+    executor = Recording(settings)
     report = run_rebuild(_request(settings, queries, build={"embed_dimensions": 4}), executor)
     assert not report["swapped"] and report["pointer"] is None
     assert "discard" in executor.calls and "swap" not in executor.calls
@@ -182,7 +183,7 @@ def test_a_failure_in_the_middle_releases_and_the_next_run_resumes(live_kb):
     """Fail-in-the-middle, then run again: nothing swapped, the store closed and its lock
     gone; the second run resumes the shadow the first built (same build settings)."""
     settings, queries, _ = live_kb
-    executor = Recording(fail_on="evaluate shadow")
+    executor = Recording(settings, fail_on="evaluate shadow")
     with pytest.raises(RuntimeError, match="evaluate shadow"):
         run_rebuild(_request(settings, queries), executor)
     assert executor.calls[-2:] == ["release", "unlock kbsync"]
@@ -203,7 +204,7 @@ def test_a_change_on_the_share_after_the_build_is_replayed(live_kb):
             return super().evaluate(queries, specs, which, live, shadow, namespace=namespace,
                                     k=k)
 
-    report = run_rebuild(_request(settings, queries), LateChange())
+    report = run_rebuild(_request(settings, queries), LateChange(settings))
     assert report["replay"]["default"]["added"] == 1
     # The replay brought it into the shadow; that the live collection lacks it does not
     # stop the swap (the shadow may hold more than the live collection, never less).
