@@ -27,7 +27,7 @@ WRITER = textwrap.dedent("""
     import numpy as np
     from kbsync.catalog.schema import CHUNK_BOOL_INDEXES, CHUNK_INDEXES, CHUNK_INTEGER_INDEXES
     from kbsync.models import SparseVec
-    from kbsync.store import Point
+    from kbsync.store import Point, layout
     from kbsync.store.edge import seal as edge_seal
     from kbsync.store.edge.store import EdgeStore
 
@@ -59,7 +59,7 @@ WRITER = textwrap.dedent("""
                     "text": " ".join(rnd.choice(words) for _ in range(220))},
                     vectors[i].tolist(), SparseVec(indices, [1.0] * len(indices))))
             store.upsert("kb", batch)
-            if (start + 500) % edge_seal.SEAL_EVERY == 0:
+            if (start + 500) % layout.SEAL_EVERY == 0:
                 print(json.dumps({"points": start + 500, "anon_mib": anon_mib()}), flush=True)
 """)
 

@@ -8,7 +8,7 @@ local mode) a fresh child process loads ``size`` random unit vectors (dim 384,
 namespace-filtered search latency over 200 queries, the time to close and
 reopen the store (open + first count + first search), and its memory. (Edge
 collections build no HNSW graph: since issue 23 their segments seal every
-``kbsync.store.edge.seal.SEAL_EVERY`` points, inside the upsert; see ``--layouts``.)
+``kbsync.store.layout.SEAL_EVERY`` points, inside the upsert; see ``--layouts``.)
 Each case runs in its own process so peak RSS belongs to that case alone.
 Local mode is skipped above ``--local-max`` points (it commits every point to
 sqlite; 100k takes many minutes), and the table says so.
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seal-every", type=int, default=None,
                         help=f"points per sealed segment: in the layouts compared (default "
                              f"{LAYOUT_SEAL_EVERY:,}), and with --scale instead of "
-                             "edge.seal.SEAL_EVERY")
+                             "kbsync.store.layout.SEAL_EVERY")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="with --scale: build the store in this new folder and keep it "
                              "(reopen it with store_reopen.py --keep DIR)")
@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             from store_scale import run_scale
 
             if args.seal_every:  # before the store is made: its thresholds derive from it
-                from kbsync.store.edge import seal as edge_seal
+                from kbsync.store import layout  # what the edge adapter reads at call time
 
-                edge_seal.SEAL_EVERY = args.seal_every
+                layout.SEAL_EVERY = args.seal_every
             print(json.dumps(run_scale(int(args.one[1]), args.queries, keep=args.keep)))
         else:
             print(json.dumps(run_case(args.one[0], int(args.one[1]))))

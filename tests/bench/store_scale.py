@@ -222,9 +222,9 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
     if keep is not None:
         keep.mkdir(parents=True)  # a new folder: never load into (or remove) an existing one
     workdir = keep or Path(tempfile.mkdtemp(prefix="kbsync-scale-bench-"))
-    from kbsync.store.edge.seal import SEAL_EVERY
+    from kbsync.store import layout  # read now: store_bench.py --seal-every may have set it
 
-    row: dict = {"kind": "edge", "size": size, "seal_every": SEAL_EVERY}
+    row: dict = {"kind": "edge", "size": size, "seal_every": layout.SEAL_EVERY}
     t_case = time.perf_counter()
     try:
         store = EdgeStore(workdir)

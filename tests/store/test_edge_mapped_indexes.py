@@ -20,6 +20,7 @@ import qdrant_edge as qe
 from kbsync.models import SparseVec
 from kbsync.store import Filter, Point
 from kbsync.store.edge import check as edge_check
+from kbsync.store import layout
 from kbsync.store.edge import seal as es
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.store.edge.store import EdgeStore
@@ -61,7 +62,7 @@ def _placement(segment: Path) -> tuple[str, str | None, set[str]]:
 
 @pytest.fixture()
 def small_seal(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(es, "SEAL_EVERY", 1000)
+    monkeypatch.setattr(layout, "SEAL_EVERY", 1000)
     return 1000
 
 

@@ -24,6 +24,7 @@ import qdrant_edge as qe
 
 from kbsync.models import SparseVec
 from kbsync.store import Point
+from kbsync.store import layout
 from kbsync.store.edge import seal as es
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.store.edge.store import EdgeStore
@@ -46,7 +47,7 @@ def _points(vectors: np.ndarray, start: int = 0) -> list[Point]:
 
 @pytest.fixture()
 def small_seal(monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(es, "SEAL_EVERY", 1000)
+    monkeypatch.setattr(layout, "SEAL_EVERY", 1000)
     return 1000
 
 
@@ -118,14 +119,13 @@ def test_seal_of_a_missing_collection_seals_nothing(tmp_path: Path) -> None:
 _CHILD = textwrap.dedent("""
     import sys
     import numpy as np
-    from kbsync.store import Point
-    from kbsync.store.edge import seal as es
+    from kbsync.store import Point, layout
     from kbsync.store.edge.store import EdgeStore
 
     phase, path = sys.argv[1], sys.argv[2]
     dim, n = 256, 24000
     if phase == "load":  # one big appendable segment: nothing seals yet
-        es.SEAL_EVERY = 10**9
+        layout.SEAL_EVERY = 10**9
         rng = np.random.default_rng(3)
         with EdgeStore(path) as store:
             store.ensure_collection("kb", dimension=dim, keyword_indexes=("namespace",))
@@ -135,7 +135,7 @@ _CHILD = textwrap.dedent("""
                                           {"namespace": "a"}, v[i].tolist())
                                     for i in range(2000)])
     else:
-        es.SEAL_EVERY = 8000
+        layout.SEAL_EVERY = 8000
         with EdgeStore(path) as store:
             print("sealing", flush=True)
             print(store.seal("kb"), store.count("kb"), flush=True)
@@ -195,7 +195,7 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
 
     share = tmp_path / "share"
     write_tree(share, {f"d{i}.md": f"# Doc {i}\n\nBody text {i}." for i in range(3)})
-    monkeypatch.setattr(es, "SEAL_EVERY", 10**9)  # as before issue 23: nothing seals
+    monkeypatch.setattr(layout, "SEAL_EVERY", 10**9)  # as before issue 23: nothing seals
     runtime = Runtime.open(settings)
     try:
         run_plain([parse_root(str(share))], runtime=runtime)
@@ -206,7 +206,7 @@ def test_a_run_on_a_store_with_a_full_unsealed_segment_seals_it_as_a_stage(
         total = runtime.store.count(settings.collection)
     finally:
         runtime.close()
-    monkeypatch.setattr(es, "SEAL_EVERY", 1000)
+    monkeypatch.setattr(layout, "SEAL_EVERY", 1000)
     runtime = Runtime.open(settings)
     try:
         summary = run_plain([parse_root(str(share))], runtime=runtime).to_dict()

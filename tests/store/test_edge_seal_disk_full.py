@@ -26,12 +26,13 @@ _CHILD = textwrap.dedent("""
     import numpy as np
     from kbsync.store import Point
     from kbsync.store.edge import diskspace, check as edge_check
+    from kbsync.store import layout
     from kbsync.store.edge import seal as es
     from kbsync.store.edge.store import EdgeStore
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(message)s")
     mount = Path(sys.argv[1])
-    es.SEAL_EVERY = 10**9
+    layout.SEAL_EVERY = 10**9
     rng = np.random.default_rng(2)
     store = EdgeStore(mount / "store")
     store.ensure_collection("kb", dimension=128, keyword_indexes=("namespace",))
@@ -42,7 +43,7 @@ _CHILD = textwrap.dedent("""
                                   {"namespace": "a", "text": "x" * 800}, v[i].tolist())
                             for i in range(1000)])
     store.close()
-    es.SEAL_EVERY = 1000  # the threshold is given to the engine when the shard opens
+    layout.SEAL_EVERY = 1000  # the threshold is given to the engine when the shard opens
     store = EdgeStore(mount / "store")
     store.count("kb")
     folder = mount / "store" / "kb"

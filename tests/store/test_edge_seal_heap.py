@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kbsync.store.edge import seal as es
+from kbsync.store import layout
 from kbsync.models import SparseVec
 from kbsync.store import Point
 from kbsync.store.edge.store import EdgeStore
@@ -31,7 +31,7 @@ def test_releasing_the_heap_frees_nothing_in_use() -> None:
 def test_every_seal_releases_the_free_heap(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(es, "SEAL_EVERY", 1000)
+    monkeypatch.setattr(layout, "SEAL_EVERY", 1000)
     monkeypatch.setattr(es, "release_free_heap", lambda: calls.append(1) or True)
     with EdgeStore(tmp_path) as store:
         store.ensure_collection("kb", dimension=64, sparse=True)

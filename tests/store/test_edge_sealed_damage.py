@@ -20,7 +20,7 @@ from kbsync.runtime import Runtime
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.store.edge import check as edge_check
-from kbsync.store.edge import seal as es
+from kbsync.store import layout
 
 N_DOCS = 30
 
@@ -39,7 +39,7 @@ def _sealed_files(settings, name: str) -> list[Path]:
 @pytest.fixture()
 def sealed_store(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A store whose chunk collection is one sealed segment and an empty appendable one."""
-    monkeypatch.setattr(es, "SEAL_EVERY", 8)
+    monkeypatch.setattr(layout, "SEAL_EVERY", 8)
     share = tmp_path / "share"
     write_tree(share, {f"d{i:02d}.md": f"# Title {i}\n\nBody text number {i} about topic-{i}."
                        for i in range(N_DOCS)})

@@ -17,7 +17,7 @@ from qdrant_client import models
 
 from kbsync.models import SparseVec
 from kbsync.store import Point
-from kbsync.store.edge import seal as es
+from kbsync.store import layout
 from kbsync.store.server import query as sq
 from kbsync.store.server.store import ServerStore
 
@@ -44,13 +44,13 @@ def _recording(store: ServerStore, monkeypatch: pytest.MonkeyPatch) -> list[tupl
 
 
 def test_the_layout_values_are_the_embedded_stores():
-    assert sq.optimizers_config(384).indexing_threshold == es.seal_threshold_kb(384)
+    assert sq.optimizers_config(384).indexing_threshold == layout.seal_threshold_kb(384)
     scalar = sq.quantization_config().scalar
     assert (scalar.type, scalar.quantile, scalar.always_ram) == (models.ScalarType.INT8,
-                                                                 es.QUANTILE, True)
+                                                                 layout.QUANTILE, True)
     params = sq.search_params().quantization
     assert params is not None
-    assert (params.rescore, params.oversampling) == (True, es.OVERSAMPLING)
+    assert (params.rescore, params.oversampling) == (True, layout.OVERSAMPLING)
 
 
 def test_a_new_collection_gets_the_layout_and_searches_rescore(tmp_path, monkeypatch):
@@ -79,7 +79,7 @@ def test_a_real_server_creates_the_sealed_quantized_layout():
         store.ensure_collection(name, dimension=DIM, sparse=True)
         store.upsert(name, _points(20))
         config = store.client.get_collection(name).config
-        assert config.optimizer_config.indexing_threshold == es.seal_threshold_kb(DIM)
+        assert config.optimizer_config.indexing_threshold == layout.seal_threshold_kb(DIM)
         assert config.quantization_config == sq.quantization_config()
         assert len(store.search(name, _points(1)[0].vector, limit=3)) == 3
     finally:

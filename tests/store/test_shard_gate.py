@@ -17,7 +17,7 @@ import pytest
 from kbsync.errors import StoreError
 from kbsync.models import SparseVec
 from kbsync.store import Filter, Point
-from kbsync.store.edge import seal as es
+from kbsync.store import layout
 from kbsync.store.edge.store import EdgeStore
 from kbsync.store.edge.shard_gate import ShardGate
 
@@ -63,7 +63,7 @@ def _reader(store: EdgeStore, stop: threading.Event, errors: list, done: list) -
 
 def test_reads_beside_upserts_deletes_and_seals_never_fail(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(es, "SEAL_EVERY", 1000)
+    monkeypatch.setattr(layout, "SEAL_EVERY", 1000)
     rng = np.random.default_rng(3)
     total, batch = TOTAL, 500
     vectors = _unit(rng, total)

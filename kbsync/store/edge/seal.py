@@ -16,8 +16,9 @@ one place. Facts about qdrant-edge-py 0.9.0 relied on here (checked by
 - ``ShardInfo.indexed_vectors_count`` counts the vectors of sealed segments, so
   ``points_count - indexed_vectors_count`` is what the appendable segment holds.
 
-The layout: a segment seals when it holds :data:`SEAL_EVERY` points (chosen by
-``tests/bench/store_bench.py --layouts``; see docs/SCALING.md). Sealed segments keep their
+The layout: a segment seals when it holds :data:`kbsync.store.layout.SEAL_EVERY` points
+(shared with the server adapter; chosen by ``tests/bench/store_bench.py --layouts``; see
+docs/SCALING.md), read at call time. Sealed segments keep their
 original vectors and payloads in mapped files (``Memory.Cold``) and int8 scalar-quantized
 vectors (~1/4 of the float32 size) mapped too (:data:`QUANTIZED_MEMORY`); a dense search scans
 the quantized vectors and rescores the best ``OVERSAMPLING`` x k on the originals (recall@10
@@ -40,6 +41,7 @@ from typing import Any
 import qdrant_edge as qe
 
 from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
+from kbsync.store import layout
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
 from kbsync.store.edge import diskspace
@@ -48,23 +50,9 @@ from kbsync.store.edge.check import (is_appendable, require_whole_segments, seal
                                      warm_mapped_files)
 from kbsync.store.edge.query import CONFIG_FILE, errors as _errors
 from kbsync.store.edge.shard_gate import ShardGate
+from kbsync.store.layout import OVERSAMPLING, QUANTILE, seal_threshold_kb
 
 log = logging.getLogger(__name__)
-
-SEAL_EVERY = 20_000
-"""Points an appendable segment takes before it seals: bounds one seal call and the float scan
-of the unsealed tail; 1M chunks make 50 sealed segments. A seal of the chunk layout (8 payload
-indexes, the sparse index) costs 2.3-3.1 s of CPU per 20k points on the 2-core machine at load
-5-7 (~0.25 s fixed plus ~110 µs a point, most of it the index builds parsing every payload
-again), ~1.3 s without the payload indexes (docs/SCALING.md): a larger N seals less often but
-holds the engine (and the GIL) longer each time. 16,000 was measured at 1M beside 20,000 in one
-session: mean seal CPU 2.20 s against 2.31, but 62 segments, upserts 17% slower, searches and
-the disk (1 MiB flag files per index per segment) larger, so 20,000 stayed."""
-
-OVERSAMPLING = 2.0
-"""Quantized candidates per result that are rescored on the original vectors."""
-
-QUANTILE = 0.99
 
 INDEX_MEMORY = qe.Memory.Cold
 """Placement of a sealed segment's payload indexes, sparse inverted index and id tracker:
@@ -82,11 +70,6 @@ search reads them through the page cache (it scans them all, so on a machine wit
 they stay cached), and under memory pressure the kernel can drop them instead of the process
 holding them (docs/SCALING.md). A store sealed with another placement keeps it
 (:func:`load_config`)."""
-
-
-def seal_threshold_kb(dimension: int) -> int:
-    """The engine's ``indexing_threshold`` and ``max_segment_size`` (KB of dense vectors)."""
-    return max(1, SEAL_EVERY * dimension * 4 // 1024)
 
 
 def optimizers_config(dimension: int) -> Any:
@@ -283,7 +266,7 @@ def after_upsert(handle: Shard, name: str, folder: Path, points: int, flush_ever
     """
     handle.unflushed += points
     handle.unsealed += points
-    if handle.unsealed >= SEAL_EVERY:
+    if handle.unsealed >= layout.SEAL_EVERY:  # at call time: a test may lower it
         try:
             seal(handle, name, folder)
             return

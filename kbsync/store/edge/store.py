@@ -19,7 +19,7 @@ Facts about qdrant-edge-py 0.9.0 this module relies on (checked by
 - ``MatchValue(True)`` never matches a stored bool (see ``query``, which
   holds the filter, config and query translation);
 - there is no background optimizer and ``optimize()`` holds the GIL: the store seals
-  its appendable segment itself every ``seal.SEAL_EVERY`` points (immutable,
+  its appendable segment itself every ``layout.SEAL_EVERY`` points (immutable,
   mapped, int8-quantized, no HNSW graph), inside the upsert that fills it, so no
   single call seals more than one segment's worth (see :mod:`kbsync.store.edge.seal`).
 

@@ -18,6 +18,7 @@ from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from kbsync.errors import DimensionMismatch, KbsyncError, StoreError, StoreUnavailable
+from kbsync.store import layout
 from kbsync.store import validate as cv
 from kbsync.store.base import DENSE, SPARSE, Condition, Filter, Range, ScoredPoint
 
@@ -140,8 +141,9 @@ def dense_size(info: Any, name: str) -> int:
 
 
 # --- the sealed, quantized layout on a server (issue 23) ----------------------------------
-# The embedded store's choices (kbsync.store.edge.seal), as a server takes them: a segment is
-# indexed and int8-quantized once it holds SEAL_EVERY points' worth of dense vectors, and a
+# The embedded store's choices, shared on the store's floor (kbsync.store.layout), as a server
+# takes them: a segment is indexed and int8-quantized once it holds SEAL_EVERY points' worth
+# of dense vectors (read at call time, as the embedded store reads it), and a
 # dense search rescores OVERSAMPLING x k quantized candidates on the original vectors. A
 # server builds its HNSW graph (its default m=16) in background threads, so unlike the
 # embedded engine (m=0: the build would hold the GIL) it keeps one.
@@ -149,22 +151,16 @@ def dense_size(info: Any, name: str) -> int:
 
 def optimizers_config(dimension: int) -> models.OptimizersConfigDiff:
     """A new collection's optimizer: index a segment at the embedded store's seal size."""
-    from kbsync.store.edge.seal import seal_threshold_kb
-
-    return models.OptimizersConfigDiff(indexing_threshold=seal_threshold_kb(dimension))
+    return models.OptimizersConfigDiff(indexing_threshold=layout.seal_threshold_kb(dimension))
 
 
 def quantization_config() -> models.ScalarQuantization:
     """int8 scalar quantization of indexed segments, the quantized vectors kept in RAM."""
-    from kbsync.store.edge.seal import QUANTILE
-
     return models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
-        type=models.ScalarType.INT8, quantile=QUANTILE, always_ram=True))
+        type=models.ScalarType.INT8, quantile=layout.QUANTILE, always_ram=True))
 
 
 def search_params() -> models.SearchParams:
     """Dense search parameters: rescore the quantized candidates on the original vectors."""
-    from kbsync.store.edge.seal import OVERSAMPLING
-
     return models.SearchParams(quantization=models.QuantizationSearchParams(
-        rescore=True, oversampling=OVERSAMPLING))
+        rescore=True, oversampling=layout.OVERSAMPLING))
