@@ -72,6 +72,7 @@ def _workbook(path: Path, rows: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_sound_workbook_over_the_memory_limit_is_named_so_not_corrupt(tmp_path):
     book = _workbook(tmp_path / "orders.xlsx", rows=60_000)  # ~1.9 MiB; needs far more than MARGIN_MB
     small = tmp_path / "ok.md"

@@ -50,6 +50,7 @@ def test_ingest_search_stats_with_the_local_model(prefect_api, tmp_path):
     assert stats["namespaces"]["default"]["chunks"] == first["chunks_kept"]
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_exit_codes(prefect_api, tmp_path):
     env = _env(prefect_api, tmp_path / "home", KBSYNC_EMBED_PROVIDER="hash")
     code, _, err = kbsync(env, "ingest", str(tmp_path / "missing"), "--json")

@@ -175,6 +175,7 @@ def test_closed_qdrant_port_is_one_line_naming_the_url(tmp_path):
                                       "message": line[len("kbsync: StoreUnavailable: "):]}
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_held_lock_is_refused_before_the_run_naming_holder_and_namespace(prefect_api,
                                                                         tmp_path, settings):
     from kbsync.catalog.lock import ingest_lock

@@ -55,6 +55,7 @@ def _run_logs(flow_run_id: str) -> list[str]:
     return [f"{entry.name}: {entry.message}" for entry in logs]
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 @pytest.mark.parametrize("entrypoint", _entrypoints())
 def test_a_core_warning_lands_in_the_logs_of_a_run_started_without_the_cli(prefect_api,
                                                                            entrypoint):

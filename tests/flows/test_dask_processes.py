@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from prefect.client.orchestration import get_client
 
 from flows.ingest import ingest
@@ -51,6 +52,7 @@ def _task_names(flow_run_id) -> set[str]:
     return {r.name for r in runs}
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_two_dask_worker_processes_build_the_thread_runners_index(prefect_api, settings,
                                                                    tmp_path, monkeypatch):
     share = _share(tmp_path)

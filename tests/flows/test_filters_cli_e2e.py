@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from filter_share import CASES, FILES, make_share
 from kbtest import cli_env, run_kbsync
 
@@ -22,6 +24,7 @@ def _argv(filters: dict) -> list[str]:
     return argv
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_search_and_eval_filters_through_the_cli(prefect_api, tmp_path):
     share = make_share(tmp_path / "share")
     env = cli_env(prefect_api, tmp_path / "home", KBSYNC_EMBED_PROVIDER="hash")

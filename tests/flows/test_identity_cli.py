@@ -30,6 +30,7 @@ def _docs(names, tag):
     return {f"{n}.md": f"# {n} from {tag}\n\nBody of {n} in share {tag}." for n in names}
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_two_shares_with_one_folder_name(prefect_api, tmp_path):
     env = hash_env(prefect_api, tmp_path / "home")
     x, y = tmp_path / "x" / "docs", tmp_path / "y" / "docs"

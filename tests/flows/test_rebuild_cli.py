@@ -25,6 +25,7 @@ def _collections(home: Path) -> set[str]:
     return {p.name for p in (home / "qdrant").iterdir() if p.is_dir()}
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)
@@ -81,6 +82,7 @@ def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     assert {"kbsync", "kbsync__r1"} <= _collections(home)  # both kept for another rollback
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_rebuild_refuses_a_worse_model_and_keeps_the_live_collection(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)

@@ -34,6 +34,7 @@ def _wait_for(log: Path, proc: subprocess.Popen, text: str, timeout_s: float = 3
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_rebuild_refuses_a_temporarily_empty_root(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)
@@ -55,6 +56,7 @@ def test_a_rebuild_refuses_a_temporarily_empty_root(prefect_api, tmp_path):
     assert stats["namespaces"]["default"]["documents"] == 2 * len(TOPICS)
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_gate_that_finds_no_relevant_document_refuses(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from kbtest import hash_env, run_kbsync, write_tree
 
 TOPICS = ["volcano", "glacier", "harbour", "orchard", "lighthouse", "canyon"]
@@ -43,6 +45,7 @@ def _rebuild(env: dict, queries: Path, **settings: str) -> dict:
     return report
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_rollback_does_not_bring_back_a_removed_root(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)
@@ -67,6 +70,7 @@ def test_a_rollback_does_not_bring_back_a_removed_root(prefect_api, tmp_path):
     assert code == 0 and hits["results"] == [], (hits, err)
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_rolled_back_collection_keeps_its_build(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)
@@ -88,6 +92,7 @@ def test_a_rolled_back_collection_keeps_its_build(prefect_api, tmp_path):
     assert (again["updated"], again["unchanged"]) == (0, len(TOPICS)), again
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_lost_pointer_is_refused_and_restored(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = hash_env(prefect_api, home)

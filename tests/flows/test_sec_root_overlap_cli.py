@@ -4,6 +4,8 @@ KBSYNC_HOME are refused in one line, and ``--rebind`` makes the new root replace
 
 from __future__ import annotations
 
+import pytest
+
 from kbtest import cli_env, run_kbsync, write_tree
 
 
@@ -14,6 +16,7 @@ def _one_line_error(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_overlapping_roots_across_runs_through_the_cli(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = cli_env(prefect_api, home, KBSYNC_EMBED_PROVIDER="hash",

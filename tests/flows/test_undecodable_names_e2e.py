@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 
 
@@ -23,6 +25,7 @@ def _kbsync(env, *args: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_a_latin1_file_name_is_indexed_by_the_cli(prefect_api, tmp_path):
     share = tmp_path / "share"
     for i in range(40):

@@ -12,6 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from kbtest import cli_env, run_kbsync, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
@@ -23,6 +25,7 @@ kbsync = run_kbsync
 DOCS = {f"d{i}.md": f"# Doc {i}\n\nBody text number {i} about topic-{i}." for i in range(8)}
 
 
+@pytest.mark.slow  # 30-75 s on 4 workers (docs/development.md, Tests)
 def test_ingest_flow_repairs_and_verify_reports(prefect_api, tmp_path):
     home = tmp_path / "home"
     env = _env(prefect_api, home, KBSYNC_EMBED_PROVIDER="hash")

@@ -24,11 +24,6 @@ from kbsync.ingest.discover import hash_file, parse_root
 from kbsync.ingest.runner import run_plain
 from kbsync.models import SyncMode
 
-# Local users are made and removed (useradd/userdel lock /etc/passwd): every test that does runs
-# on one xdist worker (--dist loadgroup), so no two race and no module's user is removed under
-# another worker's test.
-pytestmark = pytest.mark.xdist_group("local-users")
-
 USER = "kbs22swap"
 SECRET = "TOPSECRET root only payroll figures"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kbsync.store import layout
+from kbsync.store.edge import seal as es
 from kbsync.models import SparseVec
 from kbsync.store import Point
 from kbsync.store.edge.store import EdgeStore

@@ -47,11 +47,6 @@ finally:
     rt.close()
 """
 
-# Local users are made and removed (useradd/userdel lock /etc/passwd): every test that does runs
-# on one xdist worker (--dist loadgroup), so no two race and no module's user is removed under
-# another worker's test.
-pytestmark = pytest.mark.xdist_group("local-users")
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="useradd/groupadd need root")
 
 

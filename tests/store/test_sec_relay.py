@@ -32,12 +32,10 @@ KBSYNC = str(Path(sys.executable).with_name("kbsync"))
 HERE = Path(__file__).parent
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd")
-                                 or SYSTEM_PYTHON is None,
-                                 reason="needs root and useradd (a second real user), and a "
-                                        "system python3 that user can run"),
-              # one worker makes and removes every local user (tests/ingest/test_sec_symlink_swap.py)
-              pytest.mark.xdist_group("local-users")]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd")
+                                or SYSTEM_PYTHON is None,
+                                reason="needs root and useradd (a second real user), and a "
+                                       "system python3 that user can run")
 
 
 class OtherUser:
