@@ -25,6 +25,9 @@ MIB = 2**20
 SIGBUS_CODES = (135, -7)
 FILES = 300  # the shell's 128 + SIGBUS, subprocess's -SIGBUS
 
+# Root mounts tmpfs filesystems and fills them: 10-31 s of CLI runs on 4 workers.
+pytestmark = pytest.mark.slow
+
 
 def _share_gen():
     spec = importlib.util.spec_from_file_location("share_gen",
