@@ -29,6 +29,7 @@ import grp
 import logging
 import os
 import pwd
+import shlex
 import stat
 import threading
 from dataclasses import dataclass
@@ -200,7 +201,7 @@ def _check_entry(path: Path, st: os.stat_result | None, access: HomeAccess, home
         raise HomeExposed(
             f"{path} belongs to {_user(st.st_uid)}, not to {_user(os.geteuid())} who runs "
             f"kbsync: a kbsync home belongs to one user; run kbsync as its owner, or "
-            f"`chown -R {_user(os.geteuid())} {home}` (KBSYNC_SHARED_GROUP shares one on "
+            f"`chown -R {_user(os.geteuid())} {_arg(home)}` (KBSYNC_SHARED_GROUP shares one on "
             "purpose)")
     bits = mode & access.forbidden_bits()
     if stat.S_ISSOCK(st.st_mode):
@@ -209,13 +210,24 @@ def _check_entry(path: Path, st: os.stat_result | None, access: HomeAccess, home
         who = " and ".join(w for w, b in (("group", 0o070), ("others", 0o007)) if bits & b)
         raise HomeExposed(
             f"{path} is open to {who} (mode {mode:04o}): kbsync refuses a home other users "
-            f"can read or write; run `{_fix(access)} {home}`"
+            f"can read or write; run `{_fix(access)} {_arg(home)}`"
             + ("" if access.shared else " (or set KBSYNC_SHARED_GROUP to share it with "
                "one group on purpose)"))
     if access.shared and mode & 0o070 and st.st_gid != access.gid:
         raise HomeExposed(
             f"{path} is open to group {_group(st.st_gid)}, not the shared group "
-            f"{access.group} (KBSYNC_SHARED_GROUP); run `chgrp -R {access.group} {home}`")
+            f"{access.group} (KBSYNC_SHARED_GROUP); run `chgrp -R {access.group} {_arg(home)}`")
+
+
+def _arg(home: Path) -> str:
+    """``home`` as one shell word for the ``chmod -R``/``chown -R``/``chgrp -R`` advice.
+
+    The advice only ever names the home the user set (``KBSYNC_HOME``, never empty:
+    kbsync.settings refuses that) or the default ``.kbsync``; quoting keeps a path with a
+    space, or one starting with ``-``, from naming other folders or an option.
+    """
+    text = str(home)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
 def _fix(access: HomeAccess) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Literal
@@ -43,6 +44,26 @@ DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 DEFAULT_HASH_DIMENSION = 384
 
 
+# Upper bounds of the size, time and count settings. Each is far above any real use and far
+# below what the code does with the value (bytes in a 64-bit int, a timeout the OS accepts):
+# "inf", "1e308" or a 30-digit integer is then one line naming the variable, not an
+# OverflowError deep in a run. Non-finite numbers are refused for every field
+# (``allow_inf_nan=False``).
+MAX_MB = 2**30  # 1 PiB, in MiB: a file size, free space or memory limit
+MAX_GB = 2**20  # 1 PiB, in GiB
+MAX_TIMEOUT_S = 86_400.0  # a day: a timeout or wait
+MAX_COUNT = 1_000_000  # files per batch and other counts with no tighter bound
+MAX_TOKENS = 65_536  # a chunk's token budget or overlap, an embedding's dimension
+MAX_ATTEMPTS = 100
+MAX_QDRANT_COPIES = 1_024  # shards, replicas, acknowledging replicas
+
+# A collection name becomes folder names (the embedded engine) and Qdrant collection names,
+# and kbsync adds suffixes of its own to it (``_state``, ``__r<N>_state``, ``__previous``):
+# 100 characters leave room for them under the store's 128 (kbsync.store.validate).
+COLLECTION_NAME_MAX = 100
+_COLLECTION_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{COLLECTION_NAME_MAX - 1}}}")
+
+
 def default_model_cache() -> Path:
     """``$XDG_CACHE_HOME/kbsync/models`` (``~/.cache/kbsync/models``): exports are keyed by
     what shapes them, so every store of a user can share them."""
@@ -53,9 +74,10 @@ def default_model_cache() -> Path:
 class Settings(BaseSettings):
     """kbsync configuration (environment variables prefixed ``KBSYNC_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="KBSYNC_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="KBSYNC_", extra="ignore", allow_inf_nan=False)
 
-    home: Path = Field(Path(".kbsync"), description="State, embedded store and cache live here.")
+    home: Path = Field(Path(".kbsync"), description="State, embedded store and cache live here; not empty (an "
+                      "empty value would make the working folder the home).")
     shared_group: str | None = Field(
         None, description="Share KBSYNC_HOME with this Unix group on purpose: folders 2770, "
         "files 0660, group-owned (others are still refused); unset = its owner only (0700/0600; "
@@ -63,12 +85,12 @@ class Settings(BaseSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = embedded engine.")
     qdrant_api_key: SecretStr | None = Field(None, description="API key for the Qdrant server.")
     qdrant_shards: int | None = Field(
-        None, ge=1, description="Shards of a collection kbsync creates on a Qdrant server; "
+        None, ge=1, le=MAX_QDRANT_COPIES, description="Shards of a collection kbsync creates on a Qdrant server; "
         "unset = the server's default (one per node).")
     qdrant_replication_factor: int | None = Field(
-        None, ge=1, description="Copies of each shard of a new collection; unset = 1.")
+        None, ge=1, le=MAX_QDRANT_COPIES, description="Copies of each shard of a new collection; unset = 1.")
     qdrant_write_consistency_factor: int | None = Field(
-        None, ge=1, description="Replicas that acknowledge each write; unset = 1.")
+        None, ge=1, le=MAX_QDRANT_COPIES, description="Replicas that acknowledge each write; unset = 1.")
     qdrant_on_disk_vectors: bool = Field(
         False, description="New collections keep dense vectors and the sparse index on disk "
         "(past ~5M chunk replicas per 32 GiB node; docs/SCALING.md).")
@@ -76,7 +98,9 @@ class Settings(BaseSettings):
         True, description="New collections keep payloads on disk (payload indexes stay in RAM).")
     qdrant_write_ordering: Literal["weak", "medium", "strong"] = Field(
         "medium", description="Qdrant write ordering of every upsert and delete.")
-    collection: str = Field("kbsync", description="Collection holding the chunks.")
+    collection: str = Field(
+        "kbsync", description=f"Collection holding the chunks: 1-{COLLECTION_NAME_MAX} letters, "
+        "digits, '_' or '-', starting with a letter or digit.")
     active_of: str | None = Field(
         None, description="Set by kbsync, not by hand: the logical collection name when "
         "`collection` is the physical collection a `kbsync rebuild` made active "
@@ -88,11 +112,14 @@ class Settings(BaseSettings):
         "collection of mostly-CJK shares gets multilingual-e5-small, once).")
     embed_base_url: str | None = Field(None, description="OpenAI-compatible endpoint base URL.")
     embed_api_key: SecretStr | None = Field(None, description="Key for the embedding endpoint.")
-    embed_dimensions: int | None = Field(None, ge=1, description="Requested output dimension.")
+    embed_dimensions: int | None = Field(None, ge=1, le=MAX_TOKENS,
+                                         description="Requested output dimension.")
     embed_batch_size: int = Field(64, ge=1, le=2048, description="Texts per embedding request.")
-    embed_timeout_s: float = Field(60.0, gt=0, description="Per-request timeout (openai).")
-    embed_max_attempts: int = Field(5, ge=1, description="Attempts per batch before fallback.")
-    cache_size_gb: float = Field(4.0, gt=0, description="Embedding cache size bound.")
+    embed_timeout_s: float = Field(60.0, gt=0, le=MAX_TIMEOUT_S,
+                                     description="Per-request timeout (openai).")
+    embed_max_attempts: int = Field(5, ge=1, le=MAX_ATTEMPTS,
+                                      description="Attempts per batch before fallback.")
+    cache_size_gb: float = Field(4.0, gt=0, le=MAX_GB, description="Embedding cache size bound.")
     model_cache: Path | None = Field(
         None, description="Folder of local models exported on first use (ONNX); unset = "
         "$XDG_CACHE_HOME/kbsync/models (~/.cache/kbsync/models), shared by every KBSYNC_HOME.")
@@ -101,62 +128,82 @@ class Settings(BaseSettings):
                                      "URL (MQE, HyDE, ask); unset = OpenAI's.")
     llm_model: str | None = Field(None, description="Chat model; unset = no LLM features.")
     llm_api_key: SecretStr | None = Field(None, description="Key for the chat endpoint.")
-    llm_timeout_s: float = Field(30.0, gt=0, description="Per-request timeout of the chat model.")
+    llm_timeout_s: float = Field(30.0, gt=0, le=MAX_TIMEOUT_S,
+                                   description="Per-request timeout of the chat model.")
     llm_max_attempts: int = Field(2, ge=1, le=10, description="Attempts per chat request.")
 
     chunk_tokens: int | None = Field(
-        None, ge=16, description="Token budget per chunk; unset = the embedding model's input "
+        None, ge=16, le=MAX_TOKENS, description="Token budget per chunk; unset = the embedding model's input "
         "limit in chunker tokens (256 for all-MiniLM-L6-v2; 400 for models without one).")
     chunk_fit: bool = Field(
         False, description="Fit every chunk to the embedding model's input limit, counted in "
         "its own tokenizer, so the model cuts nothing (smaller chunks; retrieved worse on the "
         "eval sets). Only when KBSYNC_CHUNK_TOKENS is unset.")
     chunk_overlap: int | None = Field(
-        None, ge=0, description="Overlap in tokens between chunks; unset = 15% of the budget.")
+        None, ge=0, le=MAX_TOKENS, description="Overlap in tokens between chunks; unset = 15% of the budget.")
     contextual_text: bool = Field(
         True, description="Embed and BM25-encode each chunk with its document title and "
         "heading path in front (the stored text stays the chunk's own).")
-    files_per_batch: int = Field(32, ge=1, description="Files per Prefect task batch.")
+    files_per_batch: int = Field(32, ge=1, le=MAX_COUNT, description="Files per Prefect task batch.")
     plan_slice_files: int = Field(
-        5_000, ge=1, description="Files of a root planned at a time: a root is planned and "
+        5_000, ge=1, le=MAX_COUNT, description="Files of a root planned at a time: a root is planned and "
         "processed in slices of this many files in doc_id order, so the plan of a large "
         "share does not grow with it (8 bytes a file are kept across slices).")
     task_runner: Literal["threads", "dask"] = Field(
         "threads", description="How batches run in parallel: threads, or a Dask cluster.")
     task_workers: int = Field(3, ge=1, le=256, description="Parallel batches (threads/workers).")
     dask_address: str | None = Field(None, description="Existing Dask scheduler; unset = local.")
-    lock_timeout_s: float = Field(0.0, ge=0, description="Wait this long for another writer.")
+    lock_timeout_s: float = Field(0.0, ge=0, le=MAX_TIMEOUT_S,
+                                  description="Wait this long for another writer.")
     convert_isolation: bool = Field(
         True, description="Convert in worker processes with a timeout and a memory limit.")
     convert_workers: int = Field(2, ge=1, le=64, description="Conversion worker processes.")
-    convert_timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit per file.")
-    convert_memory_mb: int = Field(2048, ge=256, description="Address-space limit per worker.")
-    max_file_mb: float = Field(100.0, gt=0, description="Files above this size are refused.")
+    convert_timeout_s: float = Field(120.0, gt=0, le=MAX_TIMEOUT_S,
+                                      description="Wall-clock limit per file.")
+    convert_memory_mb: int = Field(2048, ge=256, le=MAX_MB,
+                                   description="Address-space limit per worker.")
+    max_file_mb: float = Field(100.0, gt=0, le=MAX_MB,
+                               description="Files above this size are refused.")
     ocr: bool = Field(
         False, description="OCR scanned PDF pages and PNG/JPEG/TIFF images with Tesseract "
         "(apt-get install tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim).")
     ocr_languages: str = Field("eng+chi_sim", pattern=r"^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*$",
                                description="Tesseract languages, joined by '+'.")
     ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution scanned pages are read at.")
-    ocr_page_timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit per OCR'd page.")
+    ocr_page_timeout_s: float = Field(60.0, gt=0, le=MAX_TIMEOUT_S,
+                                        description="Wall-clock limit per OCR'd page.")
     min_free_mb: float = Field(
-        64.0, ge=0, description="Free space kept under KBSYNC_HOME beyond what a write needs; "
+        64.0, ge=0, le=MAX_MB, description="Free space kept under KBSYNC_HOME beyond what a write needs; "
         "a batch that would eat into it stops the run with DiskFull.")
     orchestrator_timeout_s: float = Field(
-        60.0, ge=0, description="A run whose Prefect API stops answering ends within this "
+        60.0, ge=0, le=MAX_TIMEOUT_S, description="A run whose Prefect API stops answering ends within this "
         "many seconds with OrchestratorUnavailable; 0 = wait as long as Prefect retries.")
     query_timeout_s: float = Field(
-        10.0, gt=0, description="Budget of one search query's embedding, all attempts "
+        10.0, gt=0, le=MAX_TIMEOUT_S, description="Budget of one search query's embedding, all attempts "
         "together (openai): an endpoint that does not answer within it is named in one line.")
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_not_empty(cls, value: object) -> object:
+        """Refuse an empty ``KBSYNC_HOME``: ``Path("")`` is the working folder, which kbsync
+        would then fill with its store and advise ``chmod -R`` on."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("it is empty; unset it for the default (.kbsync in the working "
+                             "folder) or name a folder")
+        return value
 
     @field_validator("collection")
     @classmethod
-    def _not_an_internal_name(cls, name: str) -> str:
-        """Refuse the names of kbsync's own companions (``<name>_state``, a rebuild's
-        ``<name>__r<N>``, the aliases ``<name>__active``/``__previous``): such a setting
-        would read and write another collection's records (``remove`` would delete them)."""
-        import re
-
+    def _a_name_the_store_accepts(cls, name: str) -> str:
+        """Refuse what the stores cannot hold (a folder name, a Qdrant collection name, with
+        kbsync's suffixes added) and the names of kbsync's own companions
+        (``<name>_state``, a rebuild's ``<name>__r<N>``, the aliases
+        ``<name>__active``/``__previous``): such a setting would read and write another
+        collection's records (``remove`` would delete them)."""
+        if not _COLLECTION_NAME.fullmatch(name):
+            length = f" ({len(name)} here)" if len(name) > COLLECTION_NAME_MAX else ""
+            raise ValueError(f"use 1-{COLLECTION_NAME_MAX} letters, digits, '_' or '-', "
+                             f"starting with a letter or digit{length}")
         if re.search(r"(_state|__r\d+|__active|__previous)$", name):
             raise ValueError(f"{name!r} is the name of a collection kbsync makes for its own "
                              "use (state records, a rebuild, an alias); use the collection's "
@@ -271,14 +318,21 @@ def warn_unknown_variables(environ=None) -> None:
                     name, hint)
 
 
+def _shown(value: object) -> str:
+    """``repr(value)``, cut to 40 characters of a long text so the line stays readable."""
+    if isinstance(value, str) and len(value) > 40:
+        return f"{value[:40]!r}…"
+    return repr(value)
+
+
 def settings_message(exc: ValidationError) -> str:
     """``KBSYNC_X='abc' is not valid: <reason>`` for each error of a pydantic ``exc``."""
     parts = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error.get("loc") else "?"
         name = f"KBSYNC_{field.upper()}"
-        value = "" if "key" in field or "input" not in error else f"={error['input']!r}"
-        reason = str(error.get("msg", "invalid value"))
+        value = "" if "key" in field or "input" not in error else f"={_shown(error['input'])}"
+        reason = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
         parts.append(f"{name}{value} is not valid: {reason[:1].lower()}{reason[1:]}")
     return "; ".join(parts) or str(exc).splitlines()[0]
 

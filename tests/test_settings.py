@@ -130,6 +130,78 @@ def test_out_of_range_values_are_refused(env, name, value):
     assert message.startswith(f"KBSYNC_{name}={value!r} is not valid: "), message
 
 
+def _number_fields() -> dict[str, type]:
+    """Every int or float field (optional ones included), by name."""
+    found = {}
+    for name, info in Settings.model_fields.items():
+        kinds = set(getattr(info.annotation, "__args__", (info.annotation,))) - {type(None)}
+        if kinds in ({int}, {float}):
+            found[name] = kinds.pop()
+    return found
+
+
+def test_every_number_setting_has_an_upper_bound_and_refuses_overflow(env, monkeypatch):
+    """``inf``, ``nan``, ``1e308`` and a 30-digit integer used to pass and end in an
+    ``OverflowError`` deep in a run (issue 37): each is one line naming the variable."""
+    fields = _number_fields()
+    assert {"max_file_mb", "cache_size_gb", "min_free_mb", "convert_memory_mb",
+            "embed_timeout_s"} <= set(fields), sorted(fields)
+    for name, kind in fields.items():
+        values = ("inf", "-inf", "nan", "1e308") if kind is float else ("9" * 30,)
+        for value in values:
+            monkeypatch.setenv(f"KBSYNC_{name.upper()}", value)
+            with pytest.raises(UsageError) as raised:
+                load_settings()
+            message = str(raised.value)
+            assert message.startswith(f"KBSYNC_{name.upper()}={value!r} is not valid: "), message
+            assert "\n" not in message and ";" not in message
+        monkeypatch.delenv(f"KBSYNC_{name.upper()}")
+
+
+@pytest.mark.parametrize("name, value, reason", [
+    ("MAX_FILE_MB", "inf", "input should be a finite number"),
+    ("CACHE_SIZE_GB", "1e308", "input should be less than or equal to 1048576"),
+    ("COLLECTION", "a b", "use 1-100 letters, digits, '_' or '-', starting with a letter or digit"),
+    ("COLLECTION", "-kb", "use 1-100 letters"),
+    ("COLLECTION", "kb.v2", "use 1-100 letters"),
+    ("HOME", "", "it is empty; unset it for the default"),
+    ("HOME", "   ", "it is empty; unset it for the default"),
+])
+def test_bad_sizes_names_and_homes_are_one_line_naming_the_variable(env, name, value, reason):
+    env(**{name: value})
+    with pytest.raises(UsageError) as raised:
+        load_settings()
+    assert str(raised.value).startswith(f"KBSYNC_{name}={value!r} is not valid: {reason}")
+
+
+def test_a_collection_name_fits_the_store_with_kbsyncs_own_suffixes(env):
+    """100 characters are accepted, and with the longest suffix kbsync adds (a rebuild's
+    state collection) it is still a name the store accepts; 101 and 300 are refused, the
+    value shown cut short (a 300-character name used to end in ``OSError``)."""
+    from kbsync.store.validate import check_collection_name
+
+    env(COLLECTION="k" * 100)
+    settings = load_settings()
+    check_collection_name(Settings.state_collection_of(f"{settings.collection}__r{'9' * 19}"))
+    check_collection_name(f"{settings.collection}__previous")
+    for length in (101, 300):
+        env(COLLECTION="k" * length)
+        with pytest.raises(UsageError) as raised:
+            load_settings()
+        message = str(raised.value)
+        assert message == (f"KBSYNC_COLLECTION={'k' * 40!r}… is not valid: use 1-100 letters, "
+                           f"digits, '_' or '-', starting with a letter or digit ({length} here)")
+
+
+def test_an_empty_home_is_refused_but_a_named_one_is_kept(env):
+    env(HOME="")
+    with pytest.raises(UsageError, match="^KBSYNC_HOME='' is not valid: it is empty"):
+        load_settings()
+    env(HOME=".")  # named on purpose: the user's choice
+    assert load_settings().home == Path(".")
+    assert Settings(home=Path("")).home == Path(".")  # a Path from code is not a setting
+
+
 def test_several_bad_variables_make_one_line_naming_each(env):
     env(EMBED_BATCH_SIZE="abc", TASK_RUNNER="processes", LOCK_TIMEOUT_S="-1")
     with pytest.raises(UsageError) as raised:

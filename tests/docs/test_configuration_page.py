@@ -43,7 +43,7 @@ def test_defaults_render_as_written_in_the_environment() -> None:
     assert docgen.render_default(fields["ocr"]) == "`false`"
     assert docgen.render_default(fields["embed_provider"]) == "`local`"
     assert docgen.render_allowed(fields["embed_batch_size"]) == "integer ≥ 1, ≤ 2048"
-    assert docgen.render_allowed(fields["chunk_tokens"]) == "integer ≥ 16, or unset"
+    assert docgen.render_allowed(fields["chunk_tokens"]) == "integer ≥ 16, ≤ 65536, or unset"
 
 
 def test_check_mode_says_how_to_regenerate(capsys) -> None:
