@@ -1,4 +1,5 @@
-"""The CLI starts lazily: help and version load none of the heavy machinery.
+"""The CLI starts lazily: help and version load none of the heavy machinery, and a bad
+``KBSYNC_*`` setting stops it in one line before anything is opened.
 
 ``kbsync search --help`` used to cost the import of the whole query side; Prefect
 alone takes seconds to import. Each case runs ``main`` in a fresh interpreter and
@@ -9,8 +10,10 @@ lists what it imported, so an eager import anywhere under ``kbsync.app`` (or in
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +47,33 @@ def test_help_and_version_import_no_prefect_engine_model_or_converter(argv):
     assert code in (0, None) and out.strip()
     heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert heavy == [], f"kbsync {' '.join(argv)} imported {heavy}"
+
+
+KBSYNC = str(Path(sys.executable).with_name("kbsync"))
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("KBSYNC_MAX_FILE_MB", "inf"), ("KBSYNC_MIN_FREE_MB", "inf"),
+    ("KBSYNC_CONVERT_MEMORY_MB", "9" * 30), ("KBSYNC_CACHE_SIZE_GB", "1e308"),
+    ("KBSYNC_COLLECTION", "k" * 300), ("KBSYNC_HOME", ""),
+])
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_a_bad_setting_stops_the_real_cli_in_one_line(tmp_path, variable, value, json_mode):
+    """Issue 37: these ended in ``InternalError: OverflowError``, an ``OSError``, or (an empty
+    home) a store made in the working folder. Now: exit 2, one line naming the variable,
+    no traceback, nothing created; with ``--json`` the one error object on stdout."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("KBSYNC_")}
+    env.update({"KBSYNC_EMBED_PROVIDER": "hash", variable: value})
+    argv = [KBSYNC, "stats"] + (["--json"] if json_mode else [])
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"kbsync: error: {variable}="), lines
+    assert "Traceback" not in proc.stderr and "Overflow" not in proc.stderr
+    if json_mode:
+        error = json.loads(proc.stdout)["error"]
+        assert error["kind"] == "UsageError" and error["message"].startswith(f"{variable}=")
+    else:
+        assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no store, no cache made anywhere
