@@ -1,7 +1,8 @@
 """The rebuild's summary artifact, as an operator reads it in the Prefect UI (#25).
 
-What was decided first, then the build settings side by side (a table: the live
-collection's, as it was built, against the shadow's; changed rows marked), both
+What was decided first (with how many queries the gate measured and left out), then the
+build settings side by side (a table: the live collection's, as it was built, against
+the shadow's; changed rows marked), both
 evaluations, the state check (does the shadow hold what the shares hold), the
 counts of the build and of the replay (the changes synced into the shadow after its
 build), and the command that undoes the swap. The report is the rebuild runner's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbsync.maintenance.rebuild_checks import gate_line
 from tasks.run_story import escape_controls
 
 COUNTS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed")
@@ -83,6 +85,7 @@ def rebuild_markdown(report: dict) -> str:
              (f"- time: {report.get('duration_s')} s (build {timings.get('build_s')} s, "
               f"eval {timings.get('eval_s')} s, replay and swap {timings.get('swap_s')} s)"),
              "", "## Decision", "", *[f"- {_cell(r)}" for r in decision.get("reasons") or []],
+             *[f"- {_cell(line)}" for line in [gate_line(decision)] if line],
              "", "| mode | live nDCG@10 | shadow nDCG@10 | delta | ok |",
              "|---|---|---|---|---|"]
     for mode, m in decision["modes"].items():

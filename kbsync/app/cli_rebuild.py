@@ -127,6 +127,7 @@ def _print(report: dict) -> None:
     from rich.table import Table
 
     from kbsync.app.console import labelled, out
+    from kbsync.maintenance.rebuild_checks import gate_line
 
     plan, decision = report["plan"], report["decision"]
     verdict = "swapped" if report["swapped"] else "refused"
@@ -138,6 +139,8 @@ def _print(report: dict) -> None:
         table.add_row(mode, *("-" if m[c] is None else f"{m[c]:.4g}" if c != "ok" else str(m[c])
                               for c in ("live", "shadow", "delta", "ok")))
     out.print(table)
+    if gate_line(decision):
+        out.print(gate_line(decision), highlight=False)
     for reason in decision["reasons"]:
         out.print(labelled("yellow", "refused", reason), highlight=False)
 

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from kbsync.errors import StoreUnavailable, UsageError
-from kbsync.maintenance.rebuild_checks import REBUILD_DELETE_HINT, mass_missing
+from kbsync.maintenance.rebuild_checks import REBUILD_DELETE_HINT, gate_of, gated_mean, mass_missing
 from kbsync.catalog import active
 from kbsync.ingest.discover import parse_root
 from kbsync.catalog.identity import ROOT_BINDING, stored_embedder
@@ -261,11 +261,30 @@ def state_check(plan: RebuildPlan, shadow_rt: IngestContext,
 
 def decide(live: dict[str, Any], shadow: dict[str, Any], *, max_drop: float,
            state: dict[str, Any]) -> dict[str, Any]:
-    """Swap only if no mode's nDCG@10 dropped by more than ``max_drop`` and the state
-    matches. ``live``/``shadow``: the two evaluation results (``modes`` per mode)."""
+    """Swap only if no mode's nDCG@10 dropped by more than ``max_drop``, enough queries
+    measured and the state matches. ``live``/``shadow``: the two evaluation results
+    (``modes`` per mode; :func:`kbsync.maintenance.rebuild_steps.evaluate_collection`).
+
+    The nDCG@10 compared is the mean over the measurable queries only
+    (:func:`~kbsync.maintenance.rebuild_checks.gate_of`):
+    a query none of whose relevant documents is live scores 0.0 on both sides, and
+    averaging it in would dilute a real drop below ``max_drop``. Fewer measurable queries
+    than :func:`kbsync.maintenance.rebuild_checks.required_measurable` refuse. The
+    decision's ``gate`` says how many were measured and left out (``None`` for results
+    without per-query scores, which are compared on their modes' means).
+    """
     modes, reasons = {}, []
+    gate = gate_of(live, shadow)
+    if gate is not None and gate["measured"] < gate["minimum"]:
+        reasons.append(f"too few measurable queries: {gate['measured']} of {gate['queries']} "
+                       f"have a relevant document in the live collection, the gate needs at "
+                       f"least {gate['minimum']}")
     for mode, metrics in live["modes"].items():
-        before, after = metrics.get(NDCG), shadow["modes"].get(mode, {}).get(NDCG)
+        if gate is None:
+            before, after = metrics.get(NDCG), shadow["modes"].get(mode, {}).get(NDCG)
+        else:
+            before, after = (gated_mean(live, mode, gate["indexes"]),
+                             gated_mean(shadow, mode, gate["indexes"]))
         if before is None or after is None:
             reasons.append(f"{mode}: no nDCG@10 (no labelled query found a relevant document)")
             modes[mode] = {"live": before, "shadow": after, "delta": None, "ok": False}
@@ -286,7 +305,10 @@ def decide(live: dict[str, Any], shadow: dict[str, Any], *, max_drop: float,
         reasons.append(f"the shadow's state does not match the shares "
                        f"({state['pending_count']} documents pending, {state['missing_count']} "
                        "live documents missing)")
-    return {"swap": not reasons, "max_drop": max_drop, "modes": modes, "reasons": reasons}
+    if gate is not None:
+        gate.pop("indexes")  # in the evaluations already; the decision keeps the counts
+    return {"swap": not reasons, "max_drop": max_drop, "modes": modes, "reasons": reasons,
+            "gate": gate}
 
 
 def swap(plan: RebuildPlan, settings: Settings, store: VectorStore) -> dict[str, Any]:

@@ -84,12 +84,13 @@ def fingerprint_of(settings: Settings, runtime: RebuildRuntime) -> str:
 
 def check_before_build(plan: RebuildPlan, queries: Sequence[ev.EvalQuery],
                        live_rt: RebuildRuntime, *, namespace: str) -> RebuildPlan:
-    """Refuse before anything is built: a gate that can measure nothing, a root whose share
-    lacks its live documents (:mod:`kbsync.maintenance.rebuild_checks`). Fills in the live
-    collection's build settings when nothing recorded them. Writes nothing.
+    """Refuse before anything is built: a gate with too few measurable queries, a root whose
+    share lacks its live documents (:mod:`kbsync.maintenance.rebuild_checks`). Fills in the
+    live collection's build settings when nothing recorded them. Writes nothing.
 
     Raises:
-        UsageError: no query's relevant document is in ``namespace`` of the live collection.
+        UsageError: fewer than :func:`~kbsync.maintenance.rebuild_checks.required_measurable`
+            queries have a relevant document in ``namespace`` of the live collection.
         MassDeleteRefused: a bound root's share lacks most of its live documents.
     """
     checks.check_measurable(queries, set(live_rt.states.load(namespace)), namespace=namespace,
@@ -114,8 +115,15 @@ def evaluate_collection(queries: Sequence[ev.EvalQuery], specs: Sequence[ev.Mode
     them; and there is no report or regression gate: the rebuild's decision compares live
     with shadow (:func:`kbsync.maintenance.rebuild.decide`) instead of a collection with
     its history.
+
+    Beside the evaluate flow's result, two fields for the gate: ``measurable`` (indexes of
+    the queries with a relevant document in this collection's ``namespace``;
+    :func:`~kbsync.maintenance.rebuild_checks.measurable`) and ``ndcg_per_query`` (per
+    mode, each query's nDCG@10 in the queries' order, ``None`` when unlabelled). The
+    decision compares both collections on the LIVE result's ``measurable`` queries.
     """
-    warnings = ev.labels_in(queries, runtime, namespace)
+    known = set(runtime.states.load(namespace))
+    warnings = ev.check_labels(queries, known, namespace)
     outcomes: list[ev.QueryOutcome] = []
     for spec in specs:  # one after the other: latencies measured without competition
         outcomes += ev.run_mode(queries, spec, runtime=runtime, namespace=namespace, k=k)
@@ -123,4 +131,7 @@ def evaluate_collection(queries: Sequence[ev.EvalQuery], specs: Sequence[ev.Mode
                              embedding=runtime.embedding_info())
     data = result.to_dict()
     data["collection"] = runtime.collection
+    data["measurable"] = checks.measurable(queries, known)
+    data["ndcg_per_query"] = {spec.name: [o.ndcg10 for o in outcomes if o.mode == spec.name]
+                              for spec in specs}
     return data

@@ -19,6 +19,7 @@ from kbsync.catalog.lock import WriteLocks, ingest_lock
 from kbsync.errors import LockHeld, UsageError
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.runner import run_plain
+from kbsync.maintenance import rebuild_checks as checks
 from kbsync.maintenance import rebuild_runner
 from kbsync.maintenance.rebuild_plain import InProcess, rebuild_plain
 from kbsync.maintenance.rebuild_runner import RebuildRequest, lock_scope, run_rebuild
@@ -177,6 +178,50 @@ def test_a_worse_model_is_refused_and_its_shadow_discarded(live_kb):
     assert not dense["ok"] and any(r.startswith("dense:") for r in report["decision"]["reasons"])
     assert active_pointer(settings.home) is None  # the live collection still serves
     assert not (settings.store_path / "kbsync__r1").exists()
+
+
+def _dilute(queries, copies: int):
+    """Append ``copies`` x 12 labelled queries whose relevant documents no share holds: they
+    score 0.0 on both collections and measure nothing."""
+    lines = queries.read_text().splitlines() + [
+        json.dumps({"query": f"{topic} guide", "relevant": [f"share/gone/{topic}{i}.md"]})
+        for i, topic in enumerate(TOPICS * copies)]
+    queries.write_text("\n".join(lines) + "\n")
+
+
+def test_the_gate_compares_the_measurable_queries_only(live_kb):
+    """Issue 37: 60 of 72 queries measure nothing and diluted the mean drop (here 0.07,
+    under max-drop 0.1) of a shadow far worse on the 12 that measure (0.42): refused now."""
+    settings, queries, _ = live_kb
+    _dilute(queries, 5)
+    report = run_rebuild(_request(settings, queries, build={"embed_dimensions": 4},
+                                  max_drop=0.1), Recording(settings))
+    diluted = report["live"]["modes"]["dense"]["ndcg@10"] - report["shadow"]["modes"][
+        "dense"]["ndcg@10"]
+    assert 0 < diluted < 0.1  # the mean over every query: the old gate swapped this shadow
+    decision = report["decision"]
+    assert not report["swapped"] and active_pointer(settings.home) is None
+    dense = decision["modes"]["dense"]
+    assert dense["live"] == 1.0 and dense["delta"] < -0.1 and not dense["ok"]
+    assert decision["modes"]["hybrid"]["ok"]
+    assert [r for r in decision["reasons"] if r.startswith("dense:")]
+    assert decision["gate"] == {"queries": 72, "measured": 12, "left_out": 60, "minimum": 5}
+    assert report["live"]["measurable"] == report["shadow"]["measurable"] == list(range(12))
+    assert checks.gate_line(decision) == (
+        "gate measured on 12 of 72 queries (60 left out: no relevant document in the live "
+        "collection; at least 5 needed)")
+
+
+def test_too_few_measurable_queries_refuse_before_anything_is_built(live_kb):
+    settings, queries, _ = live_kb
+    lines = queries.read_text().splitlines()[:4]
+    queries.write_text("\n".join(lines) + "\n")
+    _dilute(queries, 2)  # 4 of 28 measurable, 5 needed
+    executor = Recording(settings)
+    with pytest.raises(UsageError, match="only 4 of the 28 queries .* at least 5"):
+        run_rebuild(_request(settings, queries), executor)
+    assert not [c for c in executor.calls if c.startswith(("ingest", "prepare"))]
+    assert active_pointer(settings.home) is None
 
 
 def test_a_failure_in_the_middle_releases_and_the_next_run_resumes(live_kb):

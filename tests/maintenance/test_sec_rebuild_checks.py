@@ -4,7 +4,8 @@ real embedded engine, hash embeddings, the plain ingest runner.
 - The state check refuses a shadow that lacks a root's live documents (its share was empty
   while the shadow was built), and one whose live roots changed meanwhile.
 - The pre-build guard refuses an empty root, and a gate whose queries find no relevant
-  document; a lost pointer is refused and restored.
+  document, or too few measurable ones; the decision compares the measurable queries only
+  (issue 37); a lost pointer is refused and restored.
 """
 
 from __future__ import annotations
@@ -87,7 +88,56 @@ def test_a_gate_that_cannot_measure_is_refused():
     with pytest.raises(UsageError, match="none of the 2 queries' 2 relevant documents"):
         checks.check_measurable(queries, {"share/a.md"}, namespace="default",
                                 collection="kbsync")
-    checks.check_measurable(queries, {"team/y.md"}, namespace="team", collection="kbsync")
+    # Fewer than 5 labelled: every one must measure (1 of 2 does not).
+    with pytest.raises(UsageError, match="only 1 of the 2 queries .* at least 2"):
+        checks.check_measurable(queries, {"team/y.md"}, namespace="team", collection="kbsync")
+    assert checks.check_measurable(queries, {"team/x.md", "team/y.md"}, namespace="team",
+                                   collection="kbsync") == [0, 1]
+
+
+def test_a_gate_needs_a_minimum_of_measurable_queries():
+    """Issue 37: 5 measurable queries at least (all of them when fewer are labelled); an
+    unlabelled query never measures nor counts."""
+    assert [checks.required_measurable(n) for n in (0, 1, 3, 5, 31)] == [1, 1, 3, 5, 5]
+    queries = [EvalQuery(i + 1, f"q{i}", (f"team/d{i}.md",)) for i in range(31)]
+    queries.append(EvalQuery(40, "unlabelled", ()))
+    live = {f"team/d{i}.md" for i in range(4)}
+    with pytest.raises(UsageError, match="only 4 of the 32 queries .* at least 5"):
+        checks.check_measurable(queries, live, namespace="team", collection="kbsync")
+    live.add("team/d30.md")
+    assert checks.check_measurable(queries, live, namespace="team",
+                                   collection="kbsync") == [0, 1, 2, 3, 30]
+
+
+def _scored(ndcg: list, measurable: list[int]) -> dict:
+    """An evaluation result as evaluate_collection makes it, one mode (dense)."""
+    labelled = sum(v is not None for v in ndcg)
+    mean = round(sum(v or 0.0 for v in ndcg) / labelled, 4)
+    return {"queries": len(ndcg), "queries_hash": "h", "measurable": measurable,
+            "ndcg_per_query": {"dense": ndcg},
+            "modes": {"dense": {"ndcg@10": mean, "scored": labelled, "queries": len(ndcg)}}}
+
+
+def test_the_decision_measures_the_same_queries_on_both_sides():
+    """Issue 37: 2 of 31 queries measure; the diluted drop is 0.0210 < 0.03, on the two
+    that measure it is 0.3250: refused; the shadow's own losses stay in the set."""
+    state = {"matches": True, "pending_count": 0, "missing_count": 0}
+    live = _scored([1.0, 0.65] + [0.0] * 29, [0, 1])
+    shadow = _scored([0.5, 0.5] + [0.0] * 29, [0, 1])
+    assert live["modes"]["dense"]["ndcg@10"] - shadow["modes"]["dense"]["ndcg@10"] < 0.03
+    decision = rb.decide(live, shadow, max_drop=0.03, state=state)
+    assert decision["modes"]["dense"] == {"live": 0.825, "shadow": 0.5, "delta": -0.325,
+                                          "ok": False}
+    assert decision["gate"] == {"queries": 31, "measured": 2, "left_out": 29, "minimum": 5}
+    assert decision["reasons"][0].startswith("too few measurable queries: 2 of 31")
+    # Enough measure: the same rule, and the shadow lacking a live document counts (0.0).
+    live = _scored([1.0] * 6 + [0.0] * 25, list(range(6)))
+    shadow = _scored([1.0] * 5 + [0.0] * 26, list(range(5)))
+    decision = rb.decide(live, shadow, max_drop=0.03, state=state)
+    assert decision["modes"]["dense"]["delta"] == round(5 / 6 - 1, 4) and not decision["swap"]
+    assert decision["reasons"] == ["dense: nDCG@10 0.8333 on the shadow vs 1.0000 live "
+                                   "(drop 0.1667 > max-drop 0.03)"]
+    assert rb.decide(live, live, max_drop=0.03, state=state)["swap"]
 
 
 def test_a_lost_pointer_is_refused_until_restored(runtime, tmp_path):
