@@ -42,17 +42,19 @@ def junit_tests(path: Path) -> list[tuple[float, str, str]]:
     return sorted(found, reverse=True)
 
 
-def run(tier: str, workers: int, extra: list[str]) -> dict:
-    """One pytest run of ``tier`` on ``workers`` workers: wall time, counts, loads."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"-n{workers}",
-               f"--junitxml={report}", *(["-m", "slow"] if tier == "slow" else []), *extra]
-        load_before = os.getloadavg()[0]
-        started = time.monotonic()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.monotonic() - started
-        tests = junit_tests(report) if report.exists() else []
+def run(tier: str, workers: int, extra: list[str], keep: Path) -> dict:
+    """One pytest run of ``tier`` on ``workers`` workers: wall time, counts, loads. Its
+    output and JUnit report are kept under ``keep`` (a failure is read there)."""
+    keep.mkdir(parents=True, exist_ok=True)
+    report = keep / f"{tier}-n{workers}.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"-n{workers}",
+           f"--junitxml={report}", *(["-m", "slow"] if tier == "slow" else []), *extra]
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    (keep / f"{tier}-n{workers}.log").write_text(proc.stdout + proc.stderr)
+    tests = junit_tests(report) if report.exists() else []
     counts = {k: sum(1 for _, _, o in tests if o == k) for k in ("passed", "failed", "skipped")}
     return {"tier": tier, "workers": workers, "wall": wall, "exit": proc.returncode,
             "load_before": load_before, "load_after": os.getloadavg()[0],
@@ -84,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="2,4", help="comma-separated worker counts")
     parser.add_argument("--slowest", type=int, default=0, help="list the K slowest tests")
     parser.add_argument("--junit", type=Path, help="only list the slowest tests of this report")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="folder for each run's output and JUnit report (default: a new "
+                             "temporary folder, named on stderr)")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
     if args.junit:
@@ -91,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.junit}: {len(tests)} tests, {sum(t for t, _, _ in tests):.0f} s of tests")
         print(slowest(tests, args.slowest or 20))
         return 0
+    keep = args.keep or Path(tempfile.mkdtemp(prefix="suite-bench-"))
+    print(f"outputs and reports: {keep}", file=sys.stderr, flush=True)
     rows = []
     for workers in (int(w) for w in args.workers.split(",")):
-        rows.append(run(args.tier, workers, args.pytest_args))
+        rows.append(run(args.tier, workers, args.pytest_args, keep))
         print(f"done: {args.tier} on {workers} workers in {rows[-1]['wall']:.0f} s "
               f"{' '.join(rows[-1]['tail'])}", file=sys.stderr, flush=True)
     print(table(rows))
