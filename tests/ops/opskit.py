@@ -191,6 +191,20 @@ def deploy(stack: Stack, deploy_args: list[str]) -> None:
 
 
 @contextmanager
+def redeployed_after(stack: Stack, deploy_args: list[str]) -> Iterator[None]:
+    """Around a test that lets ``serve.py`` re-register (and, when it stops, pause) the
+    module's deployments: afterwards they are deployed from prefect.yaml again and resumed,
+    so the module's other tests find them as the fixture made them, in any order."""
+    try:
+        yield
+    finally:
+        deploy(stack, deploy_args)
+        for deployment in stack.deployments().values():
+            if deployment["paused"]:
+                stack.post(f"/deployments/{deployment['id']}/resume_deployment")
+
+
+@contextmanager
 def deployed_stack(tmp: Path, deploy_args: list[str], *, ui: bool = False) -> Iterator[Stack]:
     """Server + work pool + ``prefect deploy DEPLOY_ARGS`` from prefect.yaml + a process worker.
 

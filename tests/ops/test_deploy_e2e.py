@@ -3,7 +3,8 @@
 One server, one work pool and one worker serve the whole module (the server alone
 takes ~25 s to start on 2 cores). Every subprocess has a timeout and is stopped in
 teardown, its descendants included, by pid. Everything listens on 127.0.0.1.
-The serve.py test re-registers the deployments without a pool, so it runs last.
+The serve.py test re-registers the deployments without a pool and pauses them; it deploys
+them again when it ends (``redeployed_after``), so the tests run in any order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opskit import POOL, ROOT, cli, deployed_stack, start, stop, tail, wait_for
+from opskit import (POOL, ROOT, cli, deployed_stack, redeployed_after, start, stop, tail,
+                    wait_for)
 from opskit import make_share as _share
 from opskit import run_id_of as _run_id
 
@@ -34,12 +36,14 @@ def _metrics(markdown: str) -> dict[str, str]:
     return dict(re.findall(r"^\| (\w+) \| ([^|]+?) \|$", markdown, re.M))
 
 
+# The documented command when every entrypoint exists; per name while evaluate is missing.
+DEPLOY_ARGS = ["--all"] if HAS_EVALUATE else [a for n in INGEST_DEPLOYMENTS for a in ("-n", n)]
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """Server + work pool + deployments from prefect.yaml + a process worker."""
-    # The documented command when every entrypoint exists; per name while evaluate is missing.
-    names = ["--all"] if HAS_EVALUATE else [a for n in INGEST_DEPLOYMENTS for a in ("-n", n)]
-    with deployed_stack(tmp_path_factory.mktemp("ops"), names) as stack:
+    with deployed_stack(tmp_path_factory.mktemp("ops"), DEPLOY_ARGS) as stack:
         yield stack
 
 
@@ -202,11 +206,14 @@ def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes
 @pytest.mark.skipif(not HAS_EVALUATE, reason="flows/evaluate.py is not written yet (issue 6)")
 def test_completed_nightly_sync_triggers_evaluate(stack):
     share = _share(stack.tmp / "nightly", {"n.md": "# Nightly\n\nSome text.\n"})
+    # Other tests' nightly syncs trigger evaluate runs too: this test's is the one that is new.
+    before = {r["id"] for r in stack.runs_of("evaluate")}
     done = cli(stack, "deployment", "run", "ingest/nightly-sync", "--param",
                f"roots={json.dumps([str(share)])}", "--param", "namespace=nightly",
                "--watch", "--watch-timeout", "180", timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    (run,) = wait_for(lambda: stack.runs_of("evaluate"), 60, "the evaluate run")
+    (run,) = wait_for(lambda: [r for r in stack.runs_of("evaluate") if r["id"] not in before],
+                      60, "the evaluate run")
     assert run["created_by"]["type"] == "AUTOMATION"
     assert run["parameters"]["queries_file"] == "data/eval/sample_queries.jsonl"
     # No worker serves the evaluate queue here (the flow is tested in tests/flows): withdraw it.
@@ -276,7 +283,12 @@ def test_secret_block_reaches_the_run_env_and_is_stored_nowhere_else(stack):
 
 
 def test_serve_registers_and_stops_cleanly_on_sigterm(stack):
-    """Last: serve.py re-registers the deployments and pauses them when it stops."""
+    """serve.py re-registers the deployments and pauses them when it stops."""
+    with redeployed_after(stack, DEPLOY_ARGS):
+        _serve_registers_and_stops_cleanly(stack)
+
+
+def _serve_registers_and_stops_cleanly(stack) -> None:
     log = stack.tmp / "serve.log"
     names = [a for n in INGEST_DEPLOYMENTS for a in ("--only", n)]
     before = {n: d["updated"] for n, d in stack.deployments().items()}
