@@ -79,3 +79,21 @@ def adapter_runtime(request, runtime, tmp_path):
                       states=StateStore(store, runtime.settings.state_collection))
     finally:
         store.close()
+
+
+@pytest.fixture
+def live_kb(settings, tmp_path):
+    """``kbtest.topic_share`` ingested into the live collection (plain loop), then closed:
+    the settings, the labelled queries (``kbtest.topic_queries``) and the share."""
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+    from kbsync.runtime import Runtime
+    from kbtest import TOPICS, topic_queries, topic_share
+
+    share = topic_share(tmp_path / "share", sites=True)
+    runtime = Runtime.open(settings)
+    try:
+        assert run_plain([parse_root(f"share={share}")], runtime=runtime).added == len(TOPICS)
+    finally:
+        runtime.close()
+    return settings, topic_queries(tmp_path / "q.jsonl"), share

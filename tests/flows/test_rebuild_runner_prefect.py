@@ -17,26 +17,12 @@ from prefect.client.orchestration import get_client
 
 from kbsync.catalog.lock import WriteLocks
 from kbsync.errors import LockHeld
-from kbsync.ingest.discover import parse_root
-from kbsync.ingest.runner import run_plain
 from kbsync.maintenance.rebuild_plain import rebuild_plain
 from kbsync.maintenance.rebuild_runner import RebuildRequest
 from kbsync.runtime import Runtime
-from kbtest import TOPICS, active_pointer, topic_queries, topic_share
+from kbtest import active_pointer
 
 BUILD = {"chunk_tokens": 64, "chunk_overlap": 8}
-
-
-@pytest.fixture
-def live_kb(settings, tmp_path):
-    """The topic share ingested into the live collection (plain loop), then closed."""
-    share = topic_share(tmp_path / "share", sites=True)
-    runtime = Runtime.open(settings)
-    try:
-        assert run_plain([parse_root(f"share={share}")], runtime=runtime).added == len(TOPICS)
-    finally:
-        runtime.close()
-    return settings, topic_queries(tmp_path / "q.jsonl")
 
 
 def test_the_prefect_executor_holds_the_decision_it_is_given(settings):
@@ -93,7 +79,7 @@ def _same(report: dict) -> dict:
 def test_the_flow_and_the_plain_call_give_one_report(prefect_api, live_kb, tmp_path):
     from flows.rebuild import rebuild
 
-    settings, queries = live_kb
+    settings, queries, _ = live_kb
     twin = tmp_path / "twin"
     shutil.copytree(settings.home, twin)  # the same live store, for the plain call
     state = rebuild(queries_file=str(queries), build=BUILD, return_state=True)
@@ -119,7 +105,7 @@ def test_the_flow_and_the_plain_call_give_one_report(prefect_api, live_kb, tmp_p
 def test_a_refused_rebuild_ends_completed_named_refused(prefect_api, live_kb):
     from flows.rebuild import rebuild
 
-    settings, queries = live_kb
+    settings, queries, _ = live_kb
     state = rebuild(queries_file=str(queries), build={"embed_dimensions": 4},
                     modes=["dense"], return_state=True)
     assert state.is_completed() and state.name == "Refused"

@@ -17,14 +17,12 @@ import pytest
 
 from kbsync.catalog.lock import WriteLocks, ingest_lock
 from kbsync.errors import LockHeld, UsageError
-from kbsync.ingest.discover import parse_root
-from kbsync.ingest.runner import run_plain
 from kbsync.maintenance import rebuild_checks as checks
 from kbsync.maintenance import rebuild_runner
 from kbsync.maintenance.rebuild_plain import InProcess, rebuild_plain
 from kbsync.maintenance.rebuild_runner import RebuildRequest, lock_scope, run_rebuild
 from kbsync.runtime import Runtime
-from kbtest import TOPICS, active_pointer, topic_queries, topic_share
+from kbtest import TOPICS, active_pointer
 
 REPORT_KEYS = {"namespace", "swapped", "plan", "live", "shadow", "decision", "state", "pointer",
                "ingest", "replay", "timings", "duration_s"}
@@ -90,19 +88,6 @@ class Recording(InProcess):
     def release(self, live, shadow):
         self.calls.append("release")
         return super().release(live, shadow)
-
-
-@pytest.fixture
-def live_kb(settings, tmp_path):
-    """The topic share ingested into the live collection (plain loop), then closed; the
-    settings and the labelled queries."""
-    share = topic_share(tmp_path / "share", sites=True)
-    runtime = Runtime.open(settings)
-    try:
-        assert run_plain([parse_root(f"share={share}")], runtime=runtime).added == len(TOPICS)
-    finally:
-        runtime.close()
-    return settings, topic_queries(tmp_path / "q.jsonl"), share
 
 
 def _request(settings, queries, **changes) -> RebuildRequest:
