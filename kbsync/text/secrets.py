@@ -28,7 +28,7 @@ URLs, numbers and bare words under 16 letters are not secrets. Missed, therefore
 password of letters only, a secret in prose, in a table cell or a Kubernetes
 ``- name: X`` / ``value: Y`` pair, and every token shape not in the table.
 
-Cost: about 25 ms per MB of text on one core (measured on 5.3 MB of /usr/share/doc,
+Cost: about 22 ms per MB of text on one core (measured on 28 MB of /usr/share/doc,
 docs/SECURITY.md), a small part of a conversion.
 
 Tested by ``tests/text/test_secrets.py`` (each kind, and prose that must not match) and
