@@ -165,6 +165,9 @@ class KnowledgeBase:
                 bound root NAME).
             EmbedderMismatch: the collection was built with another embedder.
             EmptyDocument: the text chunks to nothing.
+            SecretDetected: the text holds a secret (a private key, an access key, a password
+                assignment: docs/SECURITY.md) and ``KBSYNC_SECRETS`` is ``refuse``; with
+                ``redact`` it is stored with each secret replaced by ``[REDACTED:<kind>]``.
             EmbeddingOutage: every chunk failed to embed (the previous version stays).
             LockHeld: an ingest holds the write lock past ``lock_timeout_s``.
             KbsyncError: a store failure (the previous version stays).

@@ -55,6 +55,7 @@ class ErrorCode(str, Enum):
     MemoryLimitExceeded = "MemoryLimitExceeded"
     FileChangedDuringRead = "FileChangedDuringRead"
     PermissionDenied = "PermissionDenied"
+    SecretDetected = "SecretDetected"
     # embedding
     EmbeddingError = "EmbeddingError"
     EmbeddingTransientError = "EmbeddingTransientError"
@@ -196,6 +197,16 @@ class PermissionDenied(ConversionError):
 class SymlinkOutsideRoot(ConversionError):
     """A file, as opened, lies outside its root: a link (to it or to a folder above it)
     leads out, e.g. swapped in after discovery. Nothing of it is read."""
+
+
+class SecretDetected(PermanentError):
+    """A document's text holds a secret (a private key, an access key, a password
+    assignment: :mod:`kbsync.text.secrets`) and ``KBSYNC_SECRETS`` is ``refuse``: it is not
+    indexed. The message names the path, each kind and its line, never the secret.
+
+    Permanent: the same bytes hold the same secret; a person removes the secret, excludes
+    the file, or sets ``KBSYNC_SECRETS=redact``.
+    """
 
 
 # --- embedding --------------------------------------------------------------

@@ -23,6 +23,7 @@ from kbsync.ingest.context import IngestConfig
 from kbsync.catalog.identity import sparse_encoder
 from kbsync.settings import Settings
 from kbsync.text.context import CONTEXT_VERSION
+from kbsync.text.secrets import DETECTOR_VERSION
 from kbsync.text.sparse import SparseEncoder
 from kbsync.catalog.state import StateStore, fingerprint
 from kbsync.store import VectorStore, open_store
@@ -155,6 +156,9 @@ class Runtime(Generic[S]):
             chunk_max_chars=self.chunk_config.max_chars,
             sparse=self.sparse.version,
             payload=PAYLOAD_VERSION,  # new filter fields: points are rewritten once
+            # what the secret screen found and did shapes the text: a new table or policy
+            # screens every stored document once more (kbsync.text.secrets)
+            secrets=f"{DETECTOR_VERSION}:{self.config.secrets.value}",
             provider=service.provider,
             model=service.model,
             dimension=service.dimension,

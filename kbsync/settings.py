@@ -164,6 +164,11 @@ class Settings(BaseSettings):
                                    description="Address-space limit per worker.")
     max_file_mb: float = Field(100.0, gt=0, le=MAX_MB,
                                description="Files above this size are refused.")
+    secrets: Literal["refuse", "redact"] = Field(
+        "refuse", description="A document whose text holds a secret (a private key, an access "
+        "key, a password or token assignment; docs/SECURITY.md): refuse = not indexed, "
+        "reported as SecretDetected; redact = indexed with each secret replaced by "
+        "[REDACTED:<kind>], and a warning naming the kind and line.")
     ocr: bool = Field(
         False, description="OCR scanned PDF pages and PNG/JPEG/TIFF images with Tesseract "
         "(apt-get install tesseract-ocr tesseract-ocr-eng tesseract-ocr-chi-sim).")

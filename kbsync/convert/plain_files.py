@@ -5,7 +5,10 @@ A file without an extension is read as text only when its first
 images without an extension) almost never pass, and a share's ``README`` or ``LICENSE``
 almost always does. Legacy encodings are left out on purpose: without an extension
 nothing else says the bytes are text. Names that usually hold secrets (``id_rsa``,
-``credentials``) and PEM private keys are never read, as ``.env`` and ``.pem`` are not.
+``credentials``) are never read, as ``.env`` and ``.pem`` are not. A secret in the content
+(a private key block anywhere in the file, an access key, a password assignment) is found
+by the one detector every converted text goes through (:mod:`kbsync.text.secrets`), whatever
+the extension: the file is then reported as ``SecretDetected``, not indexed.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import codecs
 import csv
 import io
 import os
-import re
 import stat
 from pathlib import Path
 
@@ -36,7 +38,6 @@ NAMED_LANGUAGES: dict[str, str] = {
 _SECRET_NAMES = frozenset({"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "authorized_keys",
                            "known_hosts", "credentials", "netrc", "htpasswd", "shadow",
                            "passwd", "master.key"})
-_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
 
 def is_text_file(path: Path) -> bool:
@@ -65,7 +66,7 @@ def looks_like_text(head: bytes, *, complete: bool) -> bool:
     ``head`` (``complete`` false) is allowed. Empty is not text (nothing to index)."""
     if head.startswith(codecs.BOM_UTF8):
         head = head[len(codecs.BOM_UTF8):]
-    if not head.strip() or b"\x00" in head or _PRIVATE_KEY.search(head):
+    if not head.strip() or b"\x00" in head:
         return False
     try:
         head.decode("utf-8")

@@ -20,6 +20,7 @@ from kbsync.models import Document
 from kbsync.settings import Settings
 from kbsync.store.base import VectorStore
 from kbsync.text.chunk import ChunkConfig
+from kbsync.text.secrets import SecretPolicy
 from kbsync.text.sparse import SparseEncoder
 
 Converter = Callable[..., Document]
@@ -43,6 +44,8 @@ class IngestConfig:
         min_free_bytes: room a write must leave free on ``disk``.
         contextual_text: embed and BM25-encode each chunk with its title and
             heading path in front (:mod:`kbsync.text.context`).
+        secrets: what a document whose text holds a secret leads to
+            (:mod:`kbsync.text.secrets`).
     """
 
     collection: str
@@ -55,6 +58,7 @@ class IngestConfig:
     disk: Path | None = None
     min_free_bytes: int = 0
     contextual_text: bool = False
+    secrets: SecretPolicy = SecretPolicy.REFUSE
 
     @classmethod
     def from_settings(cls, settings) -> "IngestConfig":
@@ -66,7 +70,8 @@ class IngestConfig:
                    max_file_bytes=int(settings.max_file_mb * 2**20),
                    disk=None if settings.qdrant_url else settings.store_path,
                    min_free_bytes=int(settings.min_free_mb * 2**20),
-                   contextual_text=settings.contextual_text)
+                   contextual_text=settings.contextual_text,
+                   secrets=SecretPolicy(settings.secrets))
 
 
 class PrepareContext(Protocol):

@@ -48,6 +48,16 @@ def write_batch(works: Sequence[DocWork], ctx: IngestContext, *, namespace: str,
         return write_stage(works, runtime=ctx, namespace=namespace, run_id=run_id)
 
 
+def withdraw_batch(doc_ids: Sequence[str], ctx: IngestContext, *, namespace: str) -> int:
+    """Remove the stored documents a batch's convert stage withdrew (files that now hold a
+    secret: :func:`kbsync.ingest.stages.convert_stage`), points first, then state; the
+    next run sees such a file as new and refuses it again. Returns how many."""
+    with room_for([], ctx, what="withdrawing documents that hold a secret",
+                  writes=bool(doc_ids)):
+        return delete_documents(doc_ids, store=ctx.store, states=ctx.states,
+                                collection=ctx.collection, namespace=namespace)
+
+
 def heal_batch(items: Sequence[PlanItem], ctx: IngestContext, *, namespace: str,
                run_id: str) -> StageResult:
     """The heal stage inside :func:`room_for` (its writes are re-embedded chunks)."""

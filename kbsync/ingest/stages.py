@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from kbsync.text.chunk import ChunkConfig, chunk_document
 from kbsync.text.context import contextual_text
+from kbsync.text.secrets import SecretPolicy, screen
 from kbsync.convert import convert
 from kbsync.embed.base import Embedder
 from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, ErrorCode, InternalError,
-                           KbsyncError, LockHeld, OrchestratorUnavailable, StoreUnavailable)
+                           KbsyncError, LockHeld, OrchestratorUnavailable, SecretDetected,
+                           StoreUnavailable)
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.summary import Count
@@ -68,7 +70,7 @@ class StageResult:
     in it (measured); an opaque object is handed over as is.
     """
 
-    __slots__ = ("work", "failures", "counters", "seconds")
+    __slots__ = ("work", "failures", "counters", "seconds", "withdraw")
 
     def __init__(self, work: list[DocWork] | None = None,
                  failures: list[Failure] | None = None, counters: Counter | None = None,
@@ -78,6 +80,9 @@ class StageResult:
         self.counters: Counter[Count] = counters if counters is not None else Counter()
         # wall seconds per stage name (kbsync.ingest.steps times them): the summary's stage_s
         self.seconds: dict[str, float] = seconds if seconds is not None else {}
+        # doc_ids whose stored version the write step removes: a file that now holds a
+        # secret (SecretDetected), whose older version may hold it too
+        self.withdraw: list[str] = []
 
     def __repr__(self) -> str:
         return (f"StageResult({len(self.work)} documents, {len(self.failures)} failures, "
@@ -116,9 +121,59 @@ def contain(result: StageResult, source: SourceFile, exc: Exception, stage: str)
     result.failures.append(failure)
 
 
+def screen_document(document: Document, *, name: str, policy: SecretPolicy) -> Document:
+    """``document`` as it may be indexed: its text and title screened for secrets
+    (:func:`kbsync.text.secrets.screen`), the one check every indexed text goes through.
+
+    Raises:
+        SecretDetected: a secret, under ``SecretPolicy.REFUSE``.
+    """
+    markdown, offsets = screen(document.markdown, name=name, policy=policy,
+                               offsets=document.page_offsets)
+    title, _ = screen(document.title, name=f"{name} (title)", policy=policy)
+    if markdown is document.markdown and title is document.title:
+        return document
+    return replace(document, markdown=markdown, title=title, page_offsets=offsets)
+
+
+def screen_stage(works: Sequence[DocWork], *, policy: SecretPolicy) -> StageResult:
+    """Screen documents given as text (``add_text``: no conversion) as :func:`convert_stage`
+    screens a file's Markdown; a secret under REFUSE is the document's failure."""
+    result = StageResult()
+    for work in works:
+        assert work.document is not None
+        try:
+            work.document = screen_document(work.document, name=work.source.display,
+                                            policy=policy)
+        except KbsyncError as exc:
+            result.failures.append(failure_of(work.source, exc))
+            continue
+        work.title = work.document.title
+        result.work.append(work)
+    return result
+
+
+def _refuse_secret(result: StageResult, work: DocWork, exc: SecretDetected) -> None:
+    """A file that holds a secret fails, and its stored version, if any, is withdrawn.
+
+    The exception to "a failed file keeps its previous version": that version was indexed
+    before the file was screened (a store older than the detector, or an older table) or
+    under another policy, and may hold the same secret; a file refused now must not stay
+    searchable by its older text. The failure says so.
+    """
+    failure = failure_of(work.source, exc)
+    if work.item.previous is not None:
+        result.withdraw.append(work.source.doc_id)
+        failure = replace(failure, message=f"{failure.message}; its indexed version is removed")
+    log.warning("%s", failure.message)
+    result.failures.append(failure)
+
+
 def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
-                  converter: Callable[..., Document] = convert) -> StageResult:
-    """Convert each file to Markdown; every error becomes a one-line failure.
+                  converter: Callable[..., Document] = convert,
+                  secrets: SecretPolicy = SecretPolicy.REFUSE) -> StageResult:
+    """Convert each file to Markdown and screen it for secrets (:func:`screen_document`);
+    every error becomes a one-line failure.
 
     Discovery already left out unsupported extensions, so an ``UnsupportedFormat``
     here (content that does not match its extension) is a failure, not ignored.
@@ -128,10 +183,14 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
         work = DocWork(item=item)
         try:
             # within: the read itself checks the file is still inside its root
-            work.document = converter(work.source.path, doc_id=work.source.doc_id,
-                                      max_bytes=max_bytes, within=work.source.root_path)
+            document = converter(work.source.path, doc_id=work.source.doc_id,
+                                 max_bytes=max_bytes, within=work.source.root_path)
+            work.document = screen_document(document, name=work.source.display, policy=secrets)
         except RUN_LEVEL_ERRORS:
             raise
+        except SecretDetected as exc:
+            _refuse_secret(result, work, exc)
+            continue
         except KbsyncError as exc:
             result.failures.append(failure_of(work.source, exc))
             continue

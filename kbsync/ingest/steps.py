@@ -22,7 +22,8 @@ from kbsync.catalog import checks
 from kbsync.ingest import identity, room
 from kbsync.ingest.context import IngestContext, PrepareContext
 from kbsync.ingest.plan import DeleteGuard, PlanCursor, RootPlan, plan_root, preflight_root
-from kbsync.ingest.stages import StageResult, chunk_stage, convert_stage, embed_stage
+from kbsync.ingest.stages import (StageResult, chunk_stage, convert_stage, embed_stage,
+                                  screen_stage)
 from kbsync.ingest.classify import PlanItem
 from kbsync.models import RootSpec, SyncMode
 from kbsync.text.chunk import ChunkConfig
@@ -92,8 +93,15 @@ def _timed(stage: str) -> Callable[[Callable[..., StageResult]], Callable[..., S
 
 @_timed("convert")
 def convert(ctx: PrepareContext, items: Sequence[PlanItem]) -> StageResult:
-    """Convert a batch of files to Markdown."""
-    return convert_stage(items, max_bytes=ctx.config.max_file_bytes, converter=ctx.converter())
+    """Convert a batch of files to Markdown, screened for secrets."""
+    return convert_stage(items, max_bytes=ctx.config.max_file_bytes, converter=ctx.converter(),
+                         secrets=ctx.config.secrets)
+
+
+def screen(ctx: PrepareContext, converted: StageResult) -> StageResult:
+    """Screen texts that skipped conversion (``add_text``) for secrets, as :func:`convert`
+    screens a file's Markdown (:func:`kbsync.ingest.stages.screen_stage`)."""
+    return screen_stage(converted.work, policy=ctx.config.secrets)
 
 
 @_timed("chunk")
@@ -130,8 +138,12 @@ def prepare(ctx: PrepareContext, chunk_config: ChunkConfig,
 
 def write(ctx: IngestContext, prepared: list[StageResult], namespace: str,
           run_id: str) -> list[StageResult]:
-    """Write what :func:`prepare` made (upsert, delete stale, commit state, per document);
-    the stage results of the whole batch, as :func:`batch` returns them."""
+    """Write what :func:`prepare` made (upsert, delete stale, commit state, per document)
+    and withdraw the stored documents its conversion refused for a secret; the stage
+    results of the whole batch, as :func:`batch` returns them."""
+    withdrawn = [doc_id for result in prepared for doc_id in result.withdraw]
+    if withdrawn:
+        room.withdraw_batch(withdrawn, ctx, namespace=namespace)
     return [*prepared, upsert(ctx, prepared[-1], namespace, run_id)]
 
 

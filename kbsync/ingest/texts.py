@@ -5,7 +5,8 @@ under the write lock, the embedder identity, its record, the collection check, a
 that no root owns the doc_id (:func:`check_owner`);
 then the plan rule of :func:`kbsync.ingest.classify.plan_files`, and the chunk,
 embed and upsert steps a batch of files goes through. Only conversion is
-skipped: the text is the Markdown. Unlike a file, whose failure is reported and
+skipped: the text is the Markdown, screened for secrets as a file's is
+(:func:`kbsync.ingest.steps.screen`). Unlike a file, whose failure is reported and
 the run goes on, the one document's failure is raised.
 """
 
@@ -83,6 +84,8 @@ def ingest_text(request: TextRequest, executor: Executor) -> TextOutcome:
     Raises:
         EmbedderMismatch: the collection was built with another embedder.
         EmptyDocument: the text chunks to nothing.
+        SecretDetected: the text holds a secret and ``KBSYNC_SECRETS`` is ``refuse``
+            (the previous version stays).
         EmbeddingOutage: every chunk failed to embed (the previous version stays).
         KbsyncError: the write failed (the previous version stays), or a run-level
             condition (lock held, store unavailable, disk full).
@@ -114,7 +117,8 @@ def _write(request: TextRequest, item: PlanItem, executor: Executor) -> Counter:
                         converter="api")
     converted = StageResult(work=[DocWork(item=item, document=document, title=request.title,
                                           source_type="text")])
-    chunked = executor.call(steps.chunk, executor.chunk_config, converted, label="chunk")
+    screened = _raise_failures(executor.call(steps.screen, CONTEXT, converted, label="screen"))
+    chunked = executor.call(steps.chunk, executor.chunk_config, screened, label="chunk")
     if chunked.failures:
         raise EmptyDocument(chunked.failures[0].message)
     embedded = executor.call(steps.embed, CONTEXT, chunked, label="embed")

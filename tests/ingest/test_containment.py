@@ -26,7 +26,7 @@ from kbsync.embed.service import EmbeddingService
 from kbsync.errors import StoreUnavailable
 from kbsync.ingest.runner import run_plain
 from kbsync.models import Document
-from kbsync.ingest.stages import chunk_stage, convert_stage
+from kbsync.ingest.stages import DocWork, chunk_stage, convert_stage
 from kbsync.query.search import search
 from kbsync.catalog.state import StateStore
 from kbsync.ingest.classify import plan_files
@@ -146,14 +146,22 @@ def test_unexpected_errors_in_convert_and_chunk_are_contained(runtime, tmp_path)
         if path.name == "poison.md":
             raise ValueError("Unable to create tensor\nexpected sequence of length 257")
         markdown = path.read_text(encoding="utf-8")
-        # A converter bug: bytes instead of text for one document (the chunker's regexes raise).
+        # A converter bug: bytes instead of text for one document (the secret screen of the
+        # convert stage, issue 37, is the first to trip on it).
         body = markdown.encode() if path.name == "c.md" else markdown
         return Document(doc_id=doc_id, path=str(path), markdown=body, title="t",
                         source_type="markdown", converter="test")
 
     converted = convert_stage(items, max_bytes=2**20, converter=converter)
-    assert [f.message for f in converted.failures] == [
-        "InternalError: ValueError: Unable to create tensor (while converting)"]
+    assert sorted((f.doc_id, f.message.split(":")[1].strip()) for f in converted.failures) == [
+        ("share/c.md", "TypeError"), ("share/poison.md", "ValueError")]
+    assert "InternalError: ValueError: Unable to create tensor (while converting)" in [
+        f.message for f in converted.failures]
+    # The same bug past conversion: the chunker's regexes raise on bytes.
+    broken = next(w for w in items if w.file.doc_id == "share/c.md")
+    converted.work.append(DocWork(item=broken, document=Document(
+        doc_id="share/c.md", path=str(share / "c.md"), markdown=b"# bytes", title="t",
+        source_type="markdown", converter="test")))
     chunked = chunk_stage(converted.work, config=ChunkConfig(max_tokens=100, overlap=10))
     assert [(f.doc_id, f.error) for f in chunked.failures] == [("share/c.md", "InternalError")]
     assert chunked.failures[0].message.startswith("InternalError: TypeError: ")
