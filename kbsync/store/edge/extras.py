@@ -121,8 +121,10 @@ class EdgeExtras:
             targets = [(name, self._require(name))]
         changed = False
         for cname, handle in targets:
-            with handle.lock, _errors("optimize", cname):
-                changed = bool(handle.shard.optimize()) or changed
+            with handle.lock:
+                with _errors("optimize", cname):
+                    changed = bool(handle.shard.optimize()) or changed
+                es.record_seals(self._folder(cname), cname)  # it may have replaced segments
         return changed
 
     def flush(self) -> None:
