@@ -28,9 +28,10 @@ def register(sub) -> None:
 def run_verify(args, settings) -> int:
     """The ``verify`` command; returns the exit code."""
     from kbsync.runtime import Runtime
-    from kbsync.maintenance.verify import VerifyReport, verify
+    from kbsync.maintenance.verify import VerifyReport
 
     removals: dict = {"pending_removals": [], "removals_finished": []}
+    damage: dict = {"damaged": [], "unreadable": None, "set_aside": []}
     if not settings.qdrant_url and not settings.store_path.is_dir():
         # Nothing was ever stored here; reading must not create the store's folders.
         report, result, after = VerifyReport(settings.collection, False, {}), None, None
@@ -40,33 +41,68 @@ def run_verify(args, settings) -> int:
         locks = write_locks(settings)  # the door decides once; every repair step holds it
         runtime = Runtime.open(settings, with_embedder=args.repair)
         try:
-            aside = None
-            if args.repair:
-                from kbsync.maintenance.repair import set_aside_damaged
-
-                aside = set_aside_damaged(runtime, locks=locks)
-            _removals(runtime, args, removals, locks)  # before verify: never rebuild what goes
-            report = verify(runtime.store, collection=settings.collection,
-                            state_collection=settings.state_collection,
-                            namespace=args.namespace)
-            result = after = None
-            if args.repair and report.drifted():
-                from kbsync.maintenance.repair import repair
-
-                result, after = repair(runtime, report, namespace=args.namespace, locks=locks)
-                result.set_aside = str(aside) if aside else None
+            report, result, after = _verified(runtime, args, locks, removals, damage)
         finally:
             runtime.close()
     from kbsync.catalog.active import unserved_collections
 
-    data = {**report.to_dict(), "repair": result.to_dict() if result else None,
+    data = {**report.to_dict(), **damage,
+            "repair": result.to_dict() if result else None,
             "remaining": (after if after is not None else report).drifted(), **removals,
             "unserved_collections": unserved_collections(settings)}
     if args.json:
         emit(data)
     else:
         _print(data)
-    return EXIT_PARTIAL if data["remaining"] or data["pending_removals"] else EXIT_OK
+    broken = not args.repair and (data["damaged"] or data["unreadable"])
+    return EXIT_PARTIAL if data["remaining"] or data["pending_removals"] or broken else EXIT_OK
+
+
+def _verified(runtime, args, locks, removals: dict, damage: dict):
+    """Name the damage, set it aside (``--repair``), then verify and repair the drift:
+    ``(report, repair result or None, report after the repair or None)``."""
+    from kbsync.maintenance import damage as dm
+    from kbsync.maintenance.verify import VerifyReport, verify
+
+    settings = runtime.settings
+    found = dm.find(runtime)
+    damage["damaged"] = [d.to_dict() for d in found]
+    if args.repair:
+        from kbsync.maintenance.repair import set_aside_damaged
+
+        folder, segments = dm.set_aside_segments(runtime, found, locks=locks)
+        if folder is not None:
+            damage["set_aside"].append({"collection": runtime.collection, "path": str(folder),
+                                        "segments": segments})
+        whole = set_aside_damaged(runtime, locks=locks)  # the engine cannot open it
+        if whole is not None:
+            damage["set_aside"].append({"collection": runtime.collection, "path": str(whole),
+                                        "segments": None})
+    _removals(runtime, args, removals, locks)  # before verify: never rebuild what goes
+
+    def scan() -> VerifyReport:
+        return verify(runtime.store, collection=settings.collection,
+                      state_collection=settings.state_collection, namespace=args.namespace)
+
+    try:
+        report = scan()
+    except dm.DAMAGE_ERRORS as exc:
+        if not args.repair:  # named, and the scan that could not finish is said
+            damage["unreadable"] = " ".join(str(exc).split())
+            return VerifyReport(settings.collection, False, {}), None, None
+        if dm.unreadable(runtime, settings.state_collection) is not None:
+            raise  # the state collection: its records cannot be rebuilt here
+        whole = dm.set_aside_collection(runtime, runtime.collection, locks=locks)
+        damage["set_aside"].append({"collection": runtime.collection, "path": str(whole),
+                                    "segments": None})
+        report = scan()
+    if not args.repair or not report.drifted():
+        return report, None, None
+    from kbsync.maintenance.repair import repair
+
+    result, after = repair(runtime, report, namespace=args.namespace, locks=locks)
+    result.set_aside = next((a["path"] for a in damage["set_aside"]), None)
+    return report, result, after
 
 
 def _removals(runtime, args, removals: dict, locks) -> None:
@@ -90,6 +126,17 @@ def _print(data: dict) -> None:
     def say(text: str) -> None:
         out.print(text, highlight=False, markup=False)
 
+    for item in data["damaged"]:
+        where = f"{item['file']} " if item["file"] else ""
+        say(f"damaged: collection {item['collection']}, sealed segment {item['segment']}: "
+            f"{where}{item['problem']}" + ("" if data["repair"] is not None or data["set_aside"]
+                                            else ": `kbsync verify --repair` rebuilds it"))
+    if data["unreadable"]:
+        say(f"unreadable: {data['unreadable']}")
+    for aside in data["set_aside"]:
+        what = (f"segments {', '.join(aside['segments'])}" if aside["segments"]
+                else "the whole collection")
+        say(f"set aside: {what} of {aside['collection']} moved to {aside['path']} (kept)")
     if data["collection_missing"]:
         say(f"collection {data['collection']}: missing, while documents are recorded")
     for ns, info in data["namespaces"].items():
@@ -117,6 +164,9 @@ def _print(data: dict) -> None:
         say(f"repair: {repair['orphans_deleted']} orphan points deleted, "
             f"{repair['reprocessed']} documents rebuilt, {repair['failed']} failed, "
             f"{repair['kept_count']} kept (no file to rebuild from)")
+    if not repair and (data["damaged"] or data["unreadable"]):
+        say("the store is damaged: `kbsync verify --repair` sets the damage aside and rebuilds "
+            "what it held from the files")
     say("no drift" if not data["remaining"] else
         f"{data['remaining']} documents drifted" + ("" if repair else
                                                      ": `kbsync verify --repair` fixes it"))

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -41,7 +40,6 @@ from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest import identity
 from kbsync.ingest.context import RunContext
 from kbsync.ingest.discover import discover, iter_batches
-from kbsync.errors import StoreDrift
 from kbsync.ingest.runner import process_batch
 from kbsync.ingest.summary import Count, new_run_id
 from kbsync.catalog.lock import WriteLocks, given_or_embedded
@@ -134,31 +132,26 @@ def set_aside_damaged(runtime: RunContext, *, locks: WriteLocks | None = None
 
     The folder is kept (``<name>.damaged-<UTC time>`` beside it), never deleted;
     the collection then counts as missing and every document is rebuilt from
-    its file. Only the chunk collection: a damaged state collection is raised.
+    its file. Only the chunk collection (the state collection's damage is
+    :mod:`kbsync.maintenance.damage`'s). A collection that opens but cannot be read
+    through is :func:`kbsync.maintenance.damage.set_aside_collection`'s.
 
     Raises:
-        StoreDrift: the store is a server's or another process's (read through its
-            relay: renaming its folder would pull it from under that process), or
-            the state collection is the damaged one.
+        StoreDrift, StoreDamaged: the store is a server's or another process's (read
+            through its relay: renaming its folder would pull it from under that
+            process), or the state collection is the damaged one.
         LockHeld: an ingest is running.
     """
+    from kbsync.maintenance.damage import DAMAGE_ERRORS, set_aside_collection
     from kbsync.store.edge.store import EdgeStore
 
     try:
         runtime.store.collection_dimension(runtime.collection)
         return None
-    except StoreDrift:
+    except DAMAGE_ERRORS:
         if not isinstance(runtime.store, EdgeStore):
             raise
-        folder = runtime.settings.store_path / runtime.collection
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        aside = folder.with_name(f"{folder.name}.damaged-{stamp}")
-        held = given_or_embedded(locks, runtime.settings)  # an edge store: the lock file
-        with held.hold("*", "repair"):  # one lock per edge store
-            folder.rename(aside)
-        log.warning("collection %s could not be opened: set aside as %s", runtime.collection,
-                    aside)
-        return aside
+        return set_aside_collection(runtime, runtime.collection, locks=locks)
 
 
 def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport,
