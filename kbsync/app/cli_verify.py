@@ -31,7 +31,7 @@ def run_verify(args, settings) -> int:
     from kbsync.maintenance.verify import VerifyReport
 
     removals: dict = {"pending_removals": [], "removals_finished": []}
-    damage: dict = {"damaged": [], "unreadable": None, "set_aside": []}
+    damage: dict = {"damaged": [], "unreadable": None, "set_aside": [], "state_rebuilt": None}
     if not settings.qdrant_url and not settings.store_path.is_dir():
         # Nothing was ever stored here; reading must not create the store's folders.
         report, result, after = VerifyReport(settings.collection, False, {}), None, None
@@ -78,9 +78,17 @@ def _verified(runtime, args, locks, removals: dict, damage: dict):
         if whole is not None:
             damage["set_aside"].append({"collection": runtime.collection, "path": str(whole),
                                         "segments": None})
-    _removals(runtime, args, removals, locks)  # before verify: never rebuild what goes
+        state = settings.state_collection
+        if any(d.collection == state for d in found) or dm.unreadable(runtime, state):
+            from kbsync.maintenance.state_rebuild import rebuild_state
+
+            rebuilt = rebuild_state(runtime, locks=locks)
+            damage["state_rebuilt"] = rebuilt.to_dict()
+            damage["set_aside"].append({"collection": state, "path": rebuilt.set_aside,
+                                        "segments": None})
 
     def scan() -> VerifyReport:
+        _removals(runtime, args, removals, locks)  # before verify: never rebuild what goes
         return verify(runtime.store, collection=settings.collection,
                       state_collection=settings.state_collection, namespace=args.namespace)
 
@@ -100,7 +108,8 @@ def _verified(runtime, args, locks, removals: dict, damage: dict):
         return report, None, None
     from kbsync.maintenance.repair import repair
 
-    result, after = repair(runtime, report, namespace=args.namespace, locks=locks)
+    result, after = repair(runtime, report, namespace=args.namespace, locks=locks,
+                           keep_orphans=damage["state_rebuilt"] is not None)
     result.set_aside = next((a["path"] for a in damage["set_aside"]), None)
     return report, result, after
 
@@ -133,6 +142,11 @@ def _print(data: dict) -> None:
                                             else ": `kbsync verify --repair` rebuilds it"))
     if data["unreadable"]:
         say(f"unreadable: {data['unreadable']}")
+    rebuilt = data["state_rebuilt"]
+    if rebuilt:
+        say(f"state records rebuilt from the shares: {len(rebuilt['roots'])} roots"
+            + "".join(f"; not rebuilt: root {r['root']} of namespace {r['namespace']} "
+                      f"({r['why']})" for r in rebuilt["not_rebuilt"]))
     for aside in data["set_aside"]:
         what = (f"segments {', '.join(aside['segments'])}" if aside["segments"]
                 else "the whole collection")

@@ -74,7 +74,8 @@ class RepairResult:
 
 
 def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None = None,
-           locks: WriteLocks | None = None) -> tuple[RepairResult, VerifyReport]:
+           locks: WriteLocks | None = None, keep_orphans: bool = False
+           ) -> tuple[RepairResult, VerifyReport]:
     """Fix the drift in ``report`` (see the module docstring for the order and its limits).
 
     Args:
@@ -82,6 +83,9 @@ def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None =
         report: what :func:`kbsync.maintenance.verify.verify` found.
         namespace: the namespace ``report`` was limited to (``None``: all).
         locks: the front door's lock decision (none: the lock file, embedded store only).
+        keep_orphans: leave orphan points (the state records were just rebuilt from the
+            shares, :mod:`kbsync.maintenance.state_rebuild`: an orphan may be a document
+            whose record could not be rebuilt, never to be deleted then).
 
     Returns:
         What was done, and a fresh verification of the same namespaces.
@@ -96,7 +100,7 @@ def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None =
         if not part.drifted() and not report.collection_missing:
             continue
         with held.hold(ns, "repair"):
-            _repair_namespace(runtime, ns, part, result)
+            _repair_namespace(runtime, ns, part, result, keep_orphans=keep_orphans)
     after = verify(runtime.store, collection=runtime.collection,
                    state_collection=runtime.settings.state_collection, namespace=namespace)
     return result, after
@@ -155,7 +159,7 @@ def set_aside_damaged(runtime: RunContext, *, locks: WriteLocks | None = None
 
 
 def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport,
-                      result: RepairResult) -> None:
+                      result: RepairResult, *, keep_orphans: bool = False) -> None:
     """Steps 1-6 of the module docstring for one namespace, under its write lock."""
     plan = identity.check_run([], runtime=runtime, namespace=namespace)
     if runtime.store.collection_dimension(runtime.collection) is None:
@@ -163,7 +167,7 @@ def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport
     runtime.ensure_collection()
     run_id = new_run_id()
     identity.record_run(plan, runtime=runtime, run_id=run_id)
-    if part.orphan_ids:
+    if part.orphan_ids and not keep_orphans:
         runtime.store.delete_ids(runtime.collection, part.orphan_ids)
         result.orphans_deleted += len(part.orphan_ids)
         log.info("deleted %d orphan points of namespace %s", len(part.orphan_ids), namespace)

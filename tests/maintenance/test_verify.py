@@ -337,7 +337,8 @@ def test_verify_command_exit_codes_and_json(settings, share, capsys):
         == EVERY_KIND
     assert set(found) == {"collection", "collection_missing", "drifted", "namespaces", "repair",
                           "remaining", "pending_removals", "removals_finished",
-                          "unserved_collections", "damaged", "unreadable", "set_aside"}
+                          "unserved_collections", "damaged", "unreadable", "set_aside",
+                          "state_rebuilt"}
 
     code, fixed = run_cli(capsys, "--repair", "--namespace", "default")
     assert code == 0 and fixed["remaining"] == 0

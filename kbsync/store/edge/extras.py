@@ -135,8 +135,10 @@ class EdgeExtras:
         with self._lock:
             targets = list(self._shards.items())
         for cname, handle in targets:
-            with handle.lock, _errors("flush", cname):
-                handle.shard.flush()
+            with handle.lock:
+                with _errors("flush", cname):
+                    handle.shard.flush()
+                es.record_seals(self._folder(cname), cname)
 
     # --- collections (kbsync rebuild) --------------------------------------------
     def collection_names(self) -> list[str]:
@@ -206,6 +208,7 @@ class EdgeExtras:
                 log.warning("edge collection %s: flush before closing failed: %s", name, exc)
             with _errors("close", name):
                 handle.shard.close()
+            es.record_seals(self._folder(name), name)
 
     def _flush_quietly(self) -> None:
         try:

@@ -292,6 +292,7 @@ def after_upsert(handle: Shard, name: str, folder: Path, points: int, flush_ever
         with _errors("flush", name):
             handle.shard.flush()
         handle.unflushed = 0
+        record_seals(folder, name)
 
 
 def drop_half_built(folder: Path, name: str) -> int:

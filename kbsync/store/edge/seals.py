@@ -21,11 +21,14 @@ Limits, on purpose:
   (``tests/store/test_edge_seals.py`` checks that deletes, overwrites and payload updates
   leave them unchanged); the flag, tracker and version files change in place and are
   not hashed;
-- an ``optimize()`` may replace sealed segments (vacuuming deleted points): every kbsync
-  call of it updates the manifest under the shard's write lock (:func:`record`). A process
-  killed between the two leaves a listed segment gone and an unlisted one new: that is
-  not reported as damage (logged), and ``kbsync verify`` still compares the points with
-  the state records;
+- the engine removes sealed segments itself: an ``optimize()`` may replace them
+  (vacuuming deleted points), and a segment whose every point was overwritten or deleted
+  is dropped. So every seal, optimize, flush and close of kbsync updates the manifest
+  under the shard's write lock (:func:`record`): a segment gone then went while this
+  process held the store. A process killed before that leaves a listed segment gone: with
+  an unlisted one new (an optimize) it is not reported (logged); alone, it is reported as
+  missing, and ``kbsync verify --repair`` forgets it and rebuilds what the records miss
+  (nothing, when the engine had emptied it);
 - segments sealed before this manifest existed are listed at the next seal or ``verify
   --repair`` (their content is then taken as sound).
 """
