@@ -4,7 +4,12 @@ Plain library code (no Prefect server): :func:`kbsync.maintenance.verify.verify`
 chunk point of the namespace(s) once; ``--repair`` runs :func:`kbsync.maintenance.repair.repair`
 under the ingest write lock, with the door's one lock decision
 (:func:`kbsync.app.locks.write_locks`, passed to every repair step). Exit 0: no drift (after ``--repair``: none left);
-3: drift found (after ``--repair``: drift left, e.g. documents whose file is gone).
+3: drift or damage found (after ``--repair``: drift left, e.g. documents whose file is gone).
+
+Damage (issue 37, :mod:`kbsync.maintenance.damage`): the sealed segments whose files differ from
+their seal are named (``damaged``), and a collection the engine cannot read through is said
+(``unreadable``) instead of ending the command; ``--repair`` moves the damage aside (``set_aside``)
+and rebuilds it from the shares, a damaged state collection included (``state_rebuilt``).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ def register(sub) -> None:
     ver.add_argument("--namespace", type=namespace_argument, default=None, metavar="NS",
                      help="only this namespace (default: all)")
     ver.add_argument("--repair", action="store_true",
-                     help="delete orphan points and rebuild drifted documents from their files "
-                          "(documents whose file is gone are kept as they are)")
+                     help="set damaged segments or collections aside (kept), delete orphan "
+                          "points and rebuild drifted documents from their files (documents "
+                          "whose file is gone are kept as they are)")
     ver.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
