@@ -138,7 +138,7 @@ class EdgeExtras:
             with handle.lock:
                 with _errors("flush", cname):
                     handle.shard.flush()
-                es.record_seals(self._folder(cname), cname)
+                es.record_seals(self._folder(cname), cname, add=False)
 
     # --- collections (kbsync rebuild) --------------------------------------------
     def collection_names(self) -> list[str]:
@@ -208,7 +208,7 @@ class EdgeExtras:
                 log.warning("edge collection %s: flush before closing failed: %s", name, exc)
             with _errors("close", name):
                 handle.shard.close()
-            es.record_seals(self._folder(name), name)
+            es.record_seals(self._folder(name), name, add=False)
 
     def _flush_quietly(self) -> None:
         try:

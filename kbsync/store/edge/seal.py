@@ -243,12 +243,13 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
     return took
 
 
-def record_seals(folder: Path, name: str) -> None:
-    """List the segments a seal or an optimize just made in the shard's seal manifest
-    (:mod:`kbsync.store.edge.seals`); under ``handle.lock``. A manifest that cannot be
-    written is logged: the segments stay unchecked, the seal stands."""
+def record_seals(folder: Path, name: str, *, add: bool = True) -> None:
+    """List the segments a seal or an optimize just made in the shard's seal manifest, and
+    drop those the engine removed (``add=False`` after a flush or close: drop only; see
+    :func:`kbsync.store.edge.seals.record`); under ``handle.lock``. A manifest that cannot
+    be written is logged: the segments stay unchecked, the seal stands."""
     try:
-        added = seals.record(folder)
+        added = seals.record(folder, add=add)
     except OSError as exc:
         log.warning("edge collection %s: the seal manifest cannot be written (%s): its new "
                     "sealed segments are not checked until it can", name, exc)
@@ -292,7 +293,7 @@ def after_upsert(handle: Shard, name: str, folder: Path, points: int, flush_ever
         with _errors("flush", name):
             handle.shard.flush()
         handle.unflushed = 0
-        record_seals(folder, name)
+        record_seals(folder, name, add=False)
 
 
 def drop_half_built(folder: Path, name: str) -> int:

@@ -29,8 +29,10 @@ Limits, on purpose:
   an unlisted one new (an optimize) it is not reported (logged); alone, it is reported as
   missing, and ``kbsync verify --repair`` forgets it and rebuilds what the records miss
   (nothing, when the engine had emptied it);
-- segments sealed before this manifest existed are listed at the next seal or ``verify
-  --repair`` (their content is then taken as sound).
+- segments sealed before this manifest existed are listed at the next seal (their content
+  is then taken as sound);
+- a segment folder removed while a process holds the store open is dropped from the list
+  at that process's close, like one the engine emptied (the two look alike then).
 """
 
 from __future__ import annotations
@@ -146,19 +148,22 @@ def _write(folder: Path, segments: dict[str, dict]) -> None:
         raise
 
 
-def record(folder: Path) -> list[str]:
-    """List the sealed segments of ``folder`` not listed yet, and drop the listed ones gone.
+def record(folder: Path, *, add: bool = True) -> list[str]:
+    """List the sealed segments of ``folder`` not listed yet (``add``), and drop the listed
+    ones gone.
 
-    Call right after the engine sealed or optimized, under the shard's write lock: a
-    segment gone then was replaced by that very call. Returns the segments added.
+    Call right after the engine sealed or optimized (``add``: what it made is hashed), or
+    flushed or closed (``add=False``: nothing is read, so a close stays cheap even on a
+    store sealed before this list existed), under the shard's write lock: a segment gone
+    then went while this process held the store. Returns the segments added.
     """
     listed = read(folder)
     present = sealed_segments(folder)
     kept = {name: entry for name, entry in listed.items() if name in present}
-    added = [name for name in present if name not in kept]
+    added = [name for name in present if name not in kept] if add else []
     for name in added:
         kept[name] = describe(present[name])
-    if added or len(kept) != len(listed) or not (folder / MANIFEST).is_file():
+    if added or len(kept) != len(listed):
         _write(folder, kept)
         log.debug("seal manifest of %s: %d segments listed, %d added", folder, len(kept),
                   len(added))

@@ -350,7 +350,7 @@ class EdgeStore(EdgeExtras):
                     handle.gate.closing()
                     handle.shard.flush()
                     handle.shard.close()
-                es.record_seals(self._folder(cname), cname)  # the engine drops emptied segments
+                es.record_seals(self._folder(cname), cname, add=False)  # emptied ones go
             except KbsyncError as exc:  # close the others, then report the first failure
                 log.error("closing edge collection %s failed: %s", cname, exc)
                 first_error = first_error or exc
