@@ -166,10 +166,10 @@ def classify(exc: BaseException, settings=None) -> tuple[int, ErrorCode, str]:
 
 
 def is_engine_panic(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Rust engine's panic (see :func:`kbsync.store.validate.is_engine_panic`)."""
-    from kbsync.store.validate import is_engine_panic as panic
-
-    return panic(exc)
+    """Whether ``exc`` is a Rust engine's panic, known by its type's name as
+    :func:`kbsync.store.validate.is_engine_panic` does (not imported: ``--help`` and every
+    ``SystemExit`` pass here, and must not load the store)."""
+    return type(exc).__name__ == "PanicException"
 
 
 def panic_error(exc: BaseException) -> KbsyncError:

@@ -106,3 +106,21 @@ def test_engine_messages_of_damaged_files_name_the_repair() -> None:
     assert isinstance(exc, StoreDamaged) and "kbsync verify --repair" in str(exc)
     assert type(eq.translate(Exception("bad request"), "search", "c")).__name__ == "StoreError"
 
+
+
+def test_a_panic_no_adapter_wrapped_ends_the_cli_with_one_line_and_the_json_object(
+        settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from kbsync.app import cli, cli_verify
+
+    def panics(args, settings) -> int:
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+    monkeypatch.setitem(cli_verify.COMMANDS, "verify", panics)
+    assert cli.main(["verify", "--json"]) == 1
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert line.startswith("kbsync: StoreDamaged: the store engine panicked (called")
+    assert "kbsync verify --repair" in line
+    assert json.loads(captured.out)["error"]["kind"] == "StoreDamaged"
