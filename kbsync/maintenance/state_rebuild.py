@@ -90,7 +90,7 @@ def rebuild_state(runtime: RunContext, *, locks: WriteLocks | None = None) -> St
     roots = roots_of(runtime)
     result = StateRebuild()
     result.set_aside = str(set_aside_collection(runtime, name, locks=locks))
-    runtime.states = StateStore(runtime.store, name)  # type: ignore[misc]  # made again
+    runtime.states = StateStore(runtime.store, name)  # made again: the old one knew it ready
     _record_embedder(runtime)
     for (namespace, root), folder in sorted(roots.items(), key=lambda kv: kv[0]):
         if folder is None or not folder.is_dir():

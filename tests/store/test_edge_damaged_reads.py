@@ -3,7 +3,8 @@
 Bit rot in a sealed segment's vectors made qdrant-edge-py score hits ``nan`` and ~1e37, which
 came out as ``"score": NaN`` (not JSON) and broke hybrid fusion; rot in a payload page fails
 the engine's LZ4 decoding; a Rust panic (a ``BaseException``) escaped every ``except
-Exception``. The CLI tests of the same damages are in ``tests/maintenance/test_store_damage_cli.py``.
+Exception``. The CLI tests of the same damages are in
+``tests/maintenance/test_store_damage_cli.py``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class PanicException(BaseException):
 def test_an_engine_panic_becomes_one_store_damaged_line() -> None:
     errors = error_context(eq.translate)
     with pytest.raises(StoreDamaged, match=r"^edge store: scroll on collection 'st' failed: "
-                                           r"the engine panicked \(index out of bounds at src.*--repair"):
+                                           r"the engine panicked \(index out of bounds at "
+                                           r"src.*--repair"):
         with errors("scroll", "st"):
             raise PanicException("index out of bounds\nat src/lib.rs:1")
     with pytest.raises(KeyboardInterrupt):  # every other BaseException passes untouched

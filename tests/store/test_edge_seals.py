@@ -95,7 +95,8 @@ def test_rot_that_keeps_sizes_is_named_by_the_content_check(store_path: Path) ->
     _randomize(victim / "payload_storage" / "page_0.dat")
     found = seals.damage("c", folder)
     assert [(d.segment, d.file) for d in found] == [
-        (victim.name, "payload_storage/page_0.dat"), (victim.name, "vector_storage-dense/matrix.dat")]
+        (victim.name, "payload_storage/page_0.dat"),
+        (victim.name, "vector_storage-dense/matrix.dat")]
     assert str(found[0]).startswith(f"sealed segment {victim.name}: payload_storage/page_0.dat "
                                     "changed since the seal")
     seals.require_sound(folder, "c")  # sizes only: an open does not read the files
