@@ -68,6 +68,7 @@ class ErrorCode(str, Enum):
     StoreFailure = "StoreFailure"
     StoreError = "StoreError"
     StoreUnavailable = "StoreUnavailable"
+    StoreDamaged = "StoreDamaged"
     InvalidVector = "InvalidVector"
     StoreDrift = "StoreDrift"
     RelayUntrusted = "RelayUntrusted"
@@ -260,6 +261,13 @@ class RelayUntrusted(StoreError):
     """The relay socket's folder, or the process serving it, is not this user's own
     (another user's folder, a folder others can enter, a peer of another uid): its
     answers are refused, so no reader takes another user's store for its own."""
+
+
+class StoreDamaged(StoreError):
+    """A collection's files are damaged (bit rot, a sealed segment removed or changed, a
+    panic of the engine reading them): the read fails rather than serve a wrong or partial
+    answer. ``kbsync verify`` names the damaged segment; ``kbsync verify --repair`` sets it
+    aside and rebuilds what it held from the shares."""
 
 
 class InvalidVector(PermanentError):

@@ -156,6 +156,10 @@ def _main(argv: list[str]) -> int:
             return command(args, settings)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - one line, one object
         return _failed(exc, argv, args, settings)
+    except BaseException as exc:  # noqa: BLE001 - an engine panic the adapter did not see
+        if not cli_support.is_engine_panic(exc):
+            raise
+        return _failed(cli_support.panic_error(exc), argv, args, settings)
 
 
 def _failed(exc: BaseException, argv: list[str], args, settings) -> int:

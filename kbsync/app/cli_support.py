@@ -165,6 +165,23 @@ def classify(exc: BaseException, settings=None) -> tuple[int, ErrorCode, str]:
     return EXIT_FAILED, ErrorCode.InternalError, f"{type(exc).__name__}: {first}".rstrip(": ")
 
 
+def is_engine_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Rust engine's panic, known by its type's name as
+    :func:`kbsync.store.validate.is_engine_panic` does (not imported: ``--help`` and every
+    ``SystemExit`` pass here, and must not load the store)."""
+    return type(exc).__name__ == "PanicException"
+
+
+def panic_error(exc: BaseException) -> KbsyncError:
+    """The one-line error a panic that escaped the store adapter ends the command with (the
+    adapters translate the engine calls they wrap; this is the net under the others)."""
+    from kbsync.errors import StoreDamaged
+
+    return StoreDamaged(f"the store engine panicked ({one_line(str(exc))[:300] or 'no message'}); "
+                        "its files are probably damaged: `kbsync verify` names the damage, "
+                        "`kbsync verify --repair` rebuilds it")
+
+
 def one_line(text: str) -> str:
     """``text`` with its lines joined by spaces."""
     return " ".join(line.strip() for line in text.splitlines() if line.strip())

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -41,7 +40,6 @@ from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.ingest import identity
 from kbsync.ingest.context import RunContext
 from kbsync.ingest.discover import discover, iter_batches
-from kbsync.errors import StoreDrift
 from kbsync.ingest.runner import process_batch
 from kbsync.ingest.summary import Count, new_run_id
 from kbsync.catalog.lock import WriteLocks, given_or_embedded
@@ -76,7 +74,8 @@ class RepairResult:
 
 
 def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None = None,
-           locks: WriteLocks | None = None) -> tuple[RepairResult, VerifyReport]:
+           locks: WriteLocks | None = None, keep_orphans: bool = False
+           ) -> tuple[RepairResult, VerifyReport]:
     """Fix the drift in ``report`` (see the module docstring for the order and its limits).
 
     Args:
@@ -84,6 +83,9 @@ def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None =
         report: what :func:`kbsync.maintenance.verify.verify` found.
         namespace: the namespace ``report`` was limited to (``None``: all).
         locks: the front door's lock decision (none: the lock file, embedded store only).
+        keep_orphans: leave orphan points (the state records were just rebuilt from the
+            shares, :mod:`kbsync.maintenance.state_rebuild`: an orphan may be a document
+            whose record could not be rebuilt, never to be deleted then).
 
     Returns:
         What was done, and a fresh verification of the same namespaces.
@@ -98,7 +100,7 @@ def repair(runtime: RunContext, report: VerifyReport, *, namespace: str | None =
         if not part.drifted() and not report.collection_missing:
             continue
         with held.hold(ns, "repair"):
-            _repair_namespace(runtime, ns, part, result)
+            _repair_namespace(runtime, ns, part, result, keep_orphans=keep_orphans)
     after = verify(runtime.store, collection=runtime.collection,
                    state_collection=runtime.settings.state_collection, namespace=namespace)
     return result, after
@@ -134,35 +136,30 @@ def set_aside_damaged(runtime: RunContext, *, locks: WriteLocks | None = None
 
     The folder is kept (``<name>.damaged-<UTC time>`` beside it), never deleted;
     the collection then counts as missing and every document is rebuilt from
-    its file. Only the chunk collection: a damaged state collection is raised.
+    its file. Only the chunk collection (the state collection's damage is
+    :mod:`kbsync.maintenance.damage`'s). A collection that opens but cannot be read
+    through is :func:`kbsync.maintenance.damage.set_aside_collection`'s.
 
     Raises:
-        StoreDrift: the store is a server's or another process's (read through its
-            relay: renaming its folder would pull it from under that process), or
-            the state collection is the damaged one.
+        StoreDrift, StoreDamaged: the store is a server's or another process's (read
+            through its relay: renaming its folder would pull it from under that
+            process), or the state collection is the damaged one.
         LockHeld: an ingest is running.
     """
+    from kbsync.maintenance.damage import DAMAGE_ERRORS, set_aside_collection
     from kbsync.store.edge.store import EdgeStore
 
     try:
         runtime.store.collection_dimension(runtime.collection)
         return None
-    except StoreDrift:
+    except DAMAGE_ERRORS:
         if not isinstance(runtime.store, EdgeStore):
             raise
-        folder = runtime.settings.store_path / runtime.collection
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        aside = folder.with_name(f"{folder.name}.damaged-{stamp}")
-        held = given_or_embedded(locks, runtime.settings)  # an edge store: the lock file
-        with held.hold("*", "repair"):  # one lock per edge store
-            folder.rename(aside)
-        log.warning("collection %s could not be opened: set aside as %s", runtime.collection,
-                    aside)
-        return aside
+        return set_aside_collection(runtime, runtime.collection, locks=locks)
 
 
 def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport,
-                      result: RepairResult) -> None:
+                      result: RepairResult, *, keep_orphans: bool = False) -> None:
     """Steps 1-6 of the module docstring for one namespace, under its write lock."""
     plan = identity.check_run([], runtime=runtime, namespace=namespace)
     if runtime.store.collection_dimension(runtime.collection) is None:
@@ -170,7 +167,7 @@ def _repair_namespace(runtime: RunContext, namespace: str, part: NamespaceReport
     runtime.ensure_collection()
     run_id = new_run_id()
     identity.record_run(plan, runtime=runtime, run_id=run_id)
-    if part.orphan_ids:
+    if part.orphan_ids and not keep_orphans:
         runtime.store.delete_ids(runtime.collection, part.orphan_ids)
         result.orphans_deleted += len(part.orphan_ids)
         log.info("deleted %d orphan points of namespace %s", len(part.orphan_ids), namespace)

@@ -386,7 +386,9 @@ def error_context(translate: Callable[[Exception, str, str], KbsyncError]):
     """A context manager ``errors(action, name)`` that turns vendor exceptions into ours.
 
     Our own errors pass through; anything else the vendor raises becomes
-    ``translate(exc, action, name)``, chained with ``from`` for the traceback.
+    ``translate(exc, action, name)``, chained with ``from`` for the traceback. A panic of a
+    Rust engine (pyo3's ``PanicException``, a ``BaseException``: no ``except Exception``
+    catches it) is translated too, so it never reaches a user as a traceback.
     """
     @contextmanager
     def errors(action: str, name: str) -> Iterator[None]:
@@ -396,5 +398,15 @@ def error_context(translate: Callable[[Exception, str, str], KbsyncError]):
             raise
         except Exception as exc:  # vendors raise bare/unrelated exception types
             raise translate(exc, action, name) from exc
+        except BaseException as exc:  # noqa: BLE001 - only an engine panic is translated
+            if not is_engine_panic(exc):
+                raise
+            raise translate(exc, action, name) from exc  # type: ignore[arg-type]
 
     return errors
+
+
+def is_engine_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Rust panic surfaced by pyo3 (``pyo3_runtime.PanicException``:
+    not importable by name before a panic happened, so it is known by its type's name)."""
+    return type(exc).__name__ == "PanicException"

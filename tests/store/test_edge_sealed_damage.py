@@ -2,9 +2,10 @@
 
 Sealed segments are memory-mapped: a truncated file would kill the first search that
 reads past its end (SIGBUS). The store checks sealed segments' file sizes before the
-engine loads them (``kbsync.store.edge.check``): ``kbsync verify`` prints one line naming
-the segment and the file, and ``kbsync verify --repair`` sets the collection aside and
-rebuilds it from the share, losing no document.
+engine loads them (``kbsync.store.edge.check``, and the seal manifest of
+``kbsync.store.edge.seals``): ``kbsync verify`` names the segment and the file, and
+``kbsync verify --repair`` sets that segment aside and rebuilds its documents from the
+share, losing no document.
 """
 
 from __future__ import annotations
@@ -67,15 +68,16 @@ def test_a_truncated_sealed_segment_is_named_and_repair_rebuilds_it(
     victim = _sealed_files(settings, name)[0]
     with victim.open("r+b") as fh:
         fh.truncate(victim.stat().st_size // 2)
-    capsys.readouterr()
-    assert cli.main(["verify"]) == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert f"segment {victim.parents[1].name}: vector_storage-dense/{name} has" in err
-    assert "kbsync verify --repair" in err
+    code, found = _verify(capsys)  # named in the report (exit 3), not a failure
+    assert code == 3
+    assert f"segment {victim.parents[1].name}: vector_storage-dense/{name} has" \
+        in found["unreadable"]
+    assert "kbsync verify --repair" in found["unreadable"]
 
     code, fixed = _verify(capsys, "--repair")
-    assert code == 0 and fixed["collection_missing"] and fixed["remaining"] == 0
+    # the seal manifest names the segment cut short: only it is set aside and rebuilt
+    assert code == 0 and fixed["remaining"] == 0
+    assert fixed["set_aside"][0]["segments"] == [victim.parents[1].name]
     assert Path(fixed["repair"]["set_aside"]).is_dir()  # kept, never deleted
     runtime = Runtime.open(settings)
     try:

@@ -7,7 +7,8 @@ end die of SIGBUS, with no error to report. So before a shard is loaded its seal
 segments' file sizes are checked against the number of points they hold, and a short
 file is :class:`~kbsync.errors.StoreDrift` naming the segment and the file; ``kbsync
 verify`` reports that line and ``kbsync verify --repair`` sets the collection aside and
-rebuilds it from the shares (:func:`kbsync.ingest.repair.set_aside_damaged`).
+rebuilds it from the shares (:func:`kbsync.maintenance.repair.set_aside_damaged`; a segment
+the seal manifest names is set aside alone, :mod:`kbsync.maintenance.damage`).
 
 Facts about qdrant-edge-py 0.9.0's sealed (non-appendable) segment files relied on here
 (``tests/store/test_edge_sealed_damage.py`` checks them):

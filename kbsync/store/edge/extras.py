@@ -8,6 +8,7 @@ lock and reads pass its gate (:mod:`kbsync.store.edge.shard_gate`).
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -16,7 +17,9 @@ from typing import Any, Iterator
 
 import qdrant_edge as qe
 
+from kbsync import home
 from kbsync.errors import KbsyncError
+from kbsync.store.edge import seals
 from kbsync.store.edge import query as eq
 from kbsync.store.edge import seal as es
 from kbsync.store import validate as cv
@@ -121,8 +124,10 @@ class EdgeExtras:
             targets = [(name, self._require(name))]
         changed = False
         for cname, handle in targets:
-            with handle.lock, _errors("optimize", cname):
-                changed = bool(handle.shard.optimize()) or changed
+            with handle.lock:
+                with _errors("optimize", cname):
+                    changed = bool(handle.shard.optimize()) or changed
+                es.record_seals(self._folder(cname), cname)  # it may have replaced segments
         return changed
 
     def flush(self) -> None:
@@ -130,8 +135,10 @@ class EdgeExtras:
         with self._lock:
             targets = list(self._shards.items())
         for cname, handle in targets:
-            with handle.lock, _errors("flush", cname):
-                handle.shard.flush()
+            with handle.lock:
+                with _errors("flush", cname):
+                    handle.shard.flush()
+                es.record_seals(self._folder(cname), cname, add=False)
 
     # --- collections (kbsync rebuild) --------------------------------------------
     def collection_names(self) -> list[str]:
@@ -149,6 +156,59 @@ class EdgeExtras:
                 handle.shard.close()
         if folder.exists():
             shutil.rmtree(folder)
+
+    # --- damage (kbsync verify) ----------------------------------------------------
+    def damaged_segments(self, name: str) -> list[seals.Damage]:
+        """The sealed segments of ``name`` whose files differ from their seal (read and
+        hashed, :func:`kbsync.store.edge.seals.damage`); ``[]`` when it does not exist.
+        Reads files only: a shard the engine cannot open is checked too."""
+        folder = self._folder(name)
+        if not (folder / eq.CONFIG_FILE).is_file():
+            return []
+        return seals.damage(name, folder)
+
+    def set_aside_segments(self, name: str, damaged: list[seals.Damage], aside: Path
+                           ) -> list[str]:
+        """Move the segments of ``damaged`` out of collection ``name`` into
+        ``aside/segments/`` (kept, never deleted), with ``aside/damage.json`` saying why,
+        and drop them from the seal manifest; returns the segments set aside.
+
+        The shard is closed first (the engine maps their files); the next read opens it
+        without them, so the points they held count as missing and ``kbsync verify
+        --repair`` rebuilds their documents from the files.
+        """
+        folder = self._folder(name)
+        segments = sorted({d.segment for d in damaged})
+        self.release(name)
+        home.make_dir(aside / "segments")
+        (aside / "damage.json").write_text(
+            json.dumps([d.to_dict() for d in damaged], indent=1) + "\n", encoding="utf-8")
+        for segment in segments:
+            source = folder / "segments" / segment
+            if source.is_dir():
+                source.rename(aside / "segments" / segment)
+        seals.forget(folder, segments)
+        log.warning("edge collection %s: damaged sealed segment(s) %s set aside in %s", name,
+                    ", ".join(segments), aside)
+        return segments
+
+    def release(self, name: str) -> None:
+        """Close collection ``name``'s shard if it is open (flushed first when it can be);
+        the next call opens it again. Its folder may then be moved."""
+        with self._lock:
+            handle = self._shards.pop(name, None)
+        if handle is None:
+            return
+        with handle.lock:
+            handle.gate.closing()
+            try:
+                with _errors("flush", name):
+                    handle.shard.flush()
+            except KbsyncError as exc:  # a damaged shard may not flush: it is set aside
+                log.warning("edge collection %s: flush before closing failed: %s", name, exc)
+            with _errors("close", name):
+                handle.shard.close()
+            es.record_seals(self._folder(name), name, add=False)
 
     def _flush_quietly(self) -> None:
         try:

@@ -21,13 +21,15 @@ suites in ``tests/store``):
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Sequence, cast
 
 import numpy as np
 import qdrant_edge as qe
 
-from kbsync.errors import DimensionMismatch, DiskFull, KbsyncError, StoreError, StoreUnavailable
+from kbsync.errors import (DimensionMismatch, DiskFull, KbsyncError, StoreDamaged, StoreError,
+                           StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store.base import (DENSE, SPARSE, Condition, Filter, Range, Scalar,
                                ScoredPoint, SparseVec)
@@ -41,11 +43,26 @@ def collection_created(store_path, name: str) -> bool:
     return (store_path / name / CONFIG_FILE).is_file()
 
 
+REPAIR_ADVICE = "`kbsync verify` names the damage, `kbsync verify --repair` rebuilds it"
+
+_DAMAGE_WORDS = ("decompress", "failed to decode", "corrupt", "checksum", "unexpected end",
+                 "invalid utf-8", "deserializ")
+"""Words of the engine's messages for files it cannot read back (qdrant-edge-py 0.9.0 on a
+payload page overwritten: ``Failed to decode value: Failed to decompress LZ4 value``)."""
+
+
 def translate(exc: Exception, action: str, name: str) -> KbsyncError:
-    """Turn a binding exception (bare ``Exception`` + message) into a kbsync error."""
-    msg = str(exc)
+    """Turn a binding exception (bare ``Exception`` + message, or a panic) into a kbsync
+    error: damaged files and panics are :class:`StoreDamaged` naming ``kbsync verify``."""
+    msg = " ".join(str(exc).split())[:300]
     text = f"edge store: {action} on collection {name!r} failed: {msg}"
     low = msg.lower()
+    if cv.is_engine_panic(exc):
+        return StoreDamaged(f"edge store: {action} on collection {name!r} failed: the engine "
+                            f"panicked ({msg or 'no message'}); its files are probably "
+                            f"damaged: {REPAIR_ADVICE}")
+    if any(word in low for word in _DAMAGE_WORDS):
+        return StoreDamaged(f"{text}; its files are damaged: {REPAIR_ADVICE}")
     if "wouldblock" in low or "temporarily unavailable" in low or "locked" in low:
         return StoreUnavailable(text)
     if "dimension error" in low:
@@ -189,6 +206,24 @@ def dense_request(dense: Sequence[float], *, limit: int, edge_filter: Any,
                            with_payload=with_payload, with_vector=False)
 
 
-def to_scored(hits: Sequence[Any]) -> list[ScoredPoint]:
-    """Engine hits as kbsync scored points."""
-    return [ScoredPoint(str(h.id), float(h.score), h.payload or {}) for h in hits]
+COSINE_SLACK = 1e-3
+"""How far past [-1, 1] a cosine score may stray (float32 rounding of the rescore)."""
+
+
+def to_scored(hits: Sequence[Any], name: str, *, cosine: bool = False) -> list[ScoredPoint]:
+    """Engine hits as kbsync scored points.
+
+    A score that is not finite (a sealed segment's vectors overwritten: qdrant-edge-py 0.9.0
+    then scores ``nan`` and ~1e37), or a ``cosine`` score outside [-1, 1], is never returned.
+
+    Raises:
+        StoreDamaged: a hit's score cannot be right; names the collection and the repair.
+    """
+    scored = [ScoredPoint(str(h.id), float(h.score), h.payload or {}) for h in hits]
+    for point in scored:
+        if not math.isfinite(point.score) or (cosine and abs(point.score) > 1 + COSINE_SLACK):
+            raise StoreDamaged(
+                f"edge store: collection {name!r} scored a point {point.score!r}, which no "
+                f"{'cosine ' if cosine else ''}search can: a sealed segment's vectors are "
+                f"damaged; {REPAIR_ADVICE}")
+    return scored

@@ -44,7 +44,7 @@ from kbsync.errors import StoreDrift, StoreError, StoreUnavailable
 from kbsync.store import layout
 from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
-from kbsync.store.edge import diskspace
+from kbsync.store.edge import diskspace, seals
 from kbsync.store.edge.heap import release_free_heap
 from kbsync.store.edge.check import (is_appendable, require_whole_segments, seal_need,
                                      warm_mapped_files)
@@ -232,6 +232,7 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
         handle.unflushed = 0
         handle.shard.optimize()
         handle.unsealed = unsealed_points(handle.shard)
+    record_seals(folder, name)
     release_free_heap()  # what the seal built on the heap is in mapped files now
     took = time.perf_counter() - started
     # CPU beside wall time: on a shared machine the wall time is mostly waiting for a core.
@@ -240,6 +241,22 @@ def seal(handle: Shard, name: str, folder: Path) -> float:
     log.info("edge collection %s: sealed a segment in %.2f s (%.2f s of CPU; %d points not "
              "sealed)", name, took, time.thread_time() - cpu, handle.unsealed)
     return took
+
+
+def record_seals(folder: Path, name: str, *, add: bool = True) -> None:
+    """List the segments a seal or an optimize just made in the shard's seal manifest, and
+    drop those the engine removed (``add=False`` after a flush or close: drop only; see
+    :func:`kbsync.store.edge.seals.record`); under ``handle.lock``. A manifest that cannot
+    be written is logged: the segments stay unchecked, the seal stands."""
+    try:
+        added = seals.record(folder, add=add)
+    except OSError as exc:
+        log.warning("edge collection %s: the seal manifest cannot be written (%s): its new "
+                    "sealed segments are not checked until it can", name, exc)
+        return
+    if added:
+        log.debug("edge collection %s: checksums of sealed segment(s) %s recorded", name,
+                  ", ".join(added))
 
 
 def seal_reported(handle: Shard, name: str, folder: Path) -> dict:
@@ -276,6 +293,7 @@ def after_upsert(handle: Shard, name: str, folder: Path, points: int, flush_ever
         with _errors("flush", name):
             handle.shard.flush()
         handle.unflushed = 0
+        record_seals(folder, name, add=False)
 
 
 def drop_half_built(folder: Path, name: str) -> int:
@@ -315,6 +333,7 @@ def load_shard(folder: Path, name: str, config: Any) -> Any:
     """
     drop_half_built(folder, name)
     require_whole_segments(folder, name)  # a short mapped file would SIGBUS a search
+    seals.require_sound(folder, name)  # a removed sealed segment would serve fewer chunks
     files, seconds = warm_mapped_files(folder)
     log.debug("edge collection %s: read ahead %d mapped files in %.2f s", name, files, seconds)
     try:

@@ -131,8 +131,9 @@ class EdgeStore(EdgeExtras):
             dimension, sparse = eq.read_config(folder, name)
             diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
             shard = es.load_shard(folder, name, es.load_config(folder, dimension, sparse=sparse))
-            handle = self._shards[name] = _Shard(shard, dimension, sparse,
-                                                 unsealed=es.unsealed_points(shard))
+            with _errors("load", name):
+                unsealed = es.unsealed_points(shard)
+            handle = self._shards[name] = _Shard(shard, dimension, sparse, unsealed=unsealed)
             return handle
 
     def _require(self, name: str) -> _Shard:
@@ -272,7 +273,7 @@ class EdgeStore(EdgeExtras):
                                    with_payload=with_payload)
         with handle.gate.reading(name), _errors("search", name):
             hits = handle.shard.query(request)
-        return eq.to_scored(hits)
+        return eq.to_scored(hits, name, cosine=True)
 
     def sparse_search(
         self, name: str, sparse: SparseVec, *, limit: int, flt: Filter | None = None,
@@ -293,7 +294,7 @@ class EdgeStore(EdgeExtras):
         request = eq.sparse_request(query, limit=limit, edge_filter=to_edge_filter(flt),
                                     with_payload=with_payload)
         with handle.gate.reading(name), _errors("sparse search", name):
-            return eq.to_scored(handle.shard.query(request))
+            return eq.to_scored(handle.shard.query(request), name)
 
     def payloads(self, name: str, ids: Sequence[str]) -> dict[str, dict]:
         """The payloads of the points ``ids`` that exist, by id (``{}`` when missing)."""
@@ -349,6 +350,7 @@ class EdgeStore(EdgeExtras):
                     handle.gate.closing()
                     handle.shard.flush()
                     handle.shard.close()
+                es.record_seals(self._folder(cname), cname, add=False)  # emptied ones go
             except KbsyncError as exc:  # close the others, then report the first failure
                 log.error("closing edge collection %s failed: %s", cname, exc)
                 first_error = first_error or exc
