@@ -126,7 +126,7 @@ def recover(settings: Settings) -> pointer.ActiveRecord | None:
 def _write_back(settings: Settings, record: pointer.ActiveRecord) -> bool:
     """Write ``record`` back as the pointer under the store's write lock, taken at once or not
     at all (a swap holds it while it writes both copies). False: not written."""
-    from kbsync.catalog.lock import ingest_lock_path, write_lock
+    from kbsync.catalog.lockfile import ingest_lock_path, write_lock
     from kbsync.errors import KbsyncError
 
     try:
