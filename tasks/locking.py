@@ -85,7 +85,7 @@ def flow_locks(settings: Settings) -> WriteLocks:
 
 
 def run_lock(settings: Settings, namespace: str, *, purpose: str = "ingest"
-             ) -> AbstractContextManager[None]:
+             ) -> AbstractContextManager[Settings]:
     """The write lock of one run: :func:`flow_locks` held for ``namespace``. On a Qdrant
     server the limit, then the lock file; on the embedded engine the lock file only.
 

@@ -55,6 +55,10 @@ def run_rebuild(args, settings) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     parse_modes(modes)  # usage errors before any run exists
     load_queries(args.queries)
+    from kbsync.catalog import active
+
+    if active.read_record(settings) is None:  # a lost pointer: refused before any flow run
+        active.refuse_if_orphaned(settings)
     from kbsync.catalog.lock import refuse_if_held
 
     refuse_if_held(settings, args.namespace)  # an ingest runs: LockHeld before any flow run

@@ -6,6 +6,10 @@ with the doors' one decision (:func:`kbsync.app.locks.write_locks`: on a Qdrant
 server also the Prefect global concurrency limit), so it never interleaves with an
 ingest. The work is :mod:`kbsync.ingest.remove`.
 
+The collection is resolved again once the lock is held
+(:meth:`kbsync.catalog.lock.WriteLocks.hold` with ``follow``): a removal that waited for a
+rebuild applies to the collection the rebuild made active, not to the one it replaced.
+
 After ``kbsync rebuild`` swapped, a removal applies to the previous collection too (the
 one ``kbsync rebuild --rollback`` would serve again), and says so: a rollback never
 brings back what was removed.
@@ -74,7 +78,9 @@ def run_remove(args, settings) -> int:
     from kbsync.app.locks import write_locks
     from kbsync.store import open_store
 
-    with write_locks(settings).hold(target.namespace, "remove"):
+    # follow: a rebuild that swapped while this removal waited for the lock made another
+    # collection active; the removal applies to that one (and to the one it replaced).
+    with write_locks(settings).hold(target.namespace, "remove", follow=True) as settings:
         store = open_store(settings)
         try:
             removed = remove(store, collection=settings.collection,

@@ -12,11 +12,13 @@ collection with the model it was built with, whatever the environment says; a
 warning (``kbsync rebuild`` is how a model or chunking change takes effect).
 
 Settings without a pointer come back unchanged, so stores never rebuilt behave as
-before; but a store whose pointer was lost (deleted, or ``qdrant/`` restored from a
-backup without ``active/``) while the logical collection is gone and rebuilt
-generations ``<name>__r<N>`` exist beside it is refused (:func:`refuse_if_orphaned`):
-it would otherwise answer "nothing is indexed yet" and the next ingest would build a
-new collection from scratch. ``kbsync rebuild --restore NAME`` points it back.
+before. A lost embedded pointer (deleted, or ``qdrant/`` restored from a backup without
+``active/``) is recovered from its second copy in the store folder when that copy names
+a collection that exists (:func:`recover`: one warning, written back). Otherwise, when
+rebuilt generations ``<name>__r<N>`` exist and the logical collection is gone or was
+once replaced by a swap, every command is refused (:func:`refuse_if_orphaned`): it would
+otherwise serve the replaced collection (or "nothing is indexed yet") and the next
+ingest would write into it. ``kbsync rebuild --restore NAME`` points it back.
 :func:`resolve` is idempotent.
 
 Resolved once per command: the CLI resolves, then runs the flow in process inside
@@ -76,7 +78,7 @@ def read_record(settings: Settings,
     logical = settings.logical_collection
     server = hasattr(store, "client") if store is not None else bool(settings.qdrant_url)
     if not server:
-        return pointer.read_pointer(settings.home, logical)
+        return pointer.read_pointer(settings.home, logical) or recover(settings)
     own = store is None
     if store is None:
         from kbsync.store import open_store
@@ -93,6 +95,48 @@ def read_record(settings: Settings,
     finally:
         if own:
             store.close()
+
+
+def recover(settings: Settings) -> pointer.ActiveRecord | None:
+    """The embedded pointer of ``settings.logical_collection`` from its second copy, when the
+    pointer file itself is lost (deleted, or ``qdrant/`` restored without ``active/``).
+
+    Unambiguous only when the copy names a collection that exists: then it is served, with
+    one warning, and written back as the pointer when the store's write lock is free at
+    once (never over a swap in progress). ``None``: no copy, or one naming a collection
+    that is gone (:func:`refuse_if_orphaned` then decides).
+
+    Raises:
+        StoreError: the copy exists but cannot be read or parsed.
+    """
+    logical = settings.logical_collection
+    copy = pointer.read_mirror(settings.home, logical)
+    if copy is None or copy.active not in collection_names(settings):
+        return None
+    lost = pointer.pointer_path(settings.home, logical)
+    written = _write_back(settings, copy)
+    log.warning("active-collection pointer %s was lost: recovered from its copy %s "
+                "(collection %s serves from %s, generation %d)%s", lost,
+                pointer.mirror_path(settings.home, logical), logical, copy.active,
+                copy.generation, "" if written else "; not written back yet (another kbsync "
+                "writes the store now)")
+    return copy
+
+
+def _write_back(settings: Settings, record: pointer.ActiveRecord) -> bool:
+    """Write ``record`` back as the pointer under the store's write lock, taken at once or not
+    at all (a swap holds it while it writes both copies). False: not written."""
+    from kbsync.catalog.lockfile import ingest_lock_path, write_lock
+    from kbsync.errors import KbsyncError
+
+    try:
+        with write_lock(ingest_lock_path(settings, "*"), purpose="pointer recovery"):
+            if pointer.read_pointer(settings.home, record.logical) is None:
+                pointer.write_pointer(settings.home, record, mirror=False)
+        return True
+    except (KbsyncError, OSError) as exc:  # LockHeld, a read-only home: serve it anyway
+        log.debug("pointer of %s not written back: %s", record.logical, exc)
+        return False
 
 
 def read_build(store: VectorStore, collection: str) -> dict[str, Any]:
@@ -195,8 +239,10 @@ def check_still_active(settings: Settings, store: VectorStore | None = None) -> 
         StoreUnavailable: the logical name now points elsewhere (retrying re-resolves).
     """
     logical = settings.logical_collection
-    record = read_record(settings.model_copy(update={"active_of": None,
-                                                     "collection": logical}), store)
+    configured = settings.model_copy(update={"active_of": None, "collection": logical})
+    record = read_record(configured, store)
+    if record is None:
+        refuse_if_orphaned(configured, store)  # lost meanwhile: name --restore, not "run again"
     now = record.active if record else logical
     if now != settings.collection:
         raise StoreUnavailable(
@@ -247,25 +293,50 @@ def _client(store: VectorStore) -> Any:
 def refuse_if_orphaned(settings: Settings, store: VectorStore | None = None) -> None:
     """Refuse to serve the logical collection when its pointer is lost (see module doc).
 
-    Call only when no pointer exists. A leftover shadow of a crashed rebuild beside a
-    live logical collection is not refused (the next rebuild resumes or drops it).
+    Call only when no pointer exists (nor a second copy naming a live collection). Refused
+    when rebuilt generations ``<logical>__r<N>`` exist and either the logical collection is
+    gone or it was once replaced by a swap (:func:`was_replaced`): serving it would bring
+    back what was deleted since and hide what was added, and the next ingest would write
+    into it. A leftover shadow of a crashed first rebuild beside a never-replaced logical
+    collection is not refused (the next rebuild resumes or drops it).
 
     Raises:
-        StoreError: the logical collection is missing while generations of it exist;
-            the message names them and the command that restores one.
+        StoreError: the pointer is lost and the active collection cannot be told; the
+            message names the collections and the command that restores one.
     """
     logical = settings.logical_collection
     names = collection_names(settings, store)
-    if logical in names:
-        return
     built = generations(logical, names)
-    if not built:
+    if not [n for n in built if n != logical]:
+        return
+    if logical in names and not was_replaced(settings, store):
         return
     where = (f"alias {logical}{pointer.ACTIVE_SUFFIX}" if settings.qdrant_url
              else f"pointer {pointer.pointer_path(settings.home, logical)}")
+    beside = "beside it" if logical not in names else "and it was replaced by one"
     raise StoreError(f"collection {logical} has no active {where}, but rebuilt collections "
-                     f"{', '.join(built)} exist beside it; refusing to serve or build an empty "
-                     f"one: run `kbsync rebuild --restore {built[-1]}` to serve one again")
+                     f"{', '.join(n for n in built if n != logical)} exist {beside}; refusing "
+                     f"to serve or build the wrong one: run `kbsync rebuild --restore "
+                     f"{built[-1]}` (or the one that served last) to serve one again")
+
+
+def was_replaced(settings: Settings, store: VectorStore | None = None) -> bool:
+    """Whether a swap ever replaced the logical collection: the swap records the settings
+    the replaced collection was built with in it (:func:`write_build`), and nothing else
+    writes a build record into the logical collection (rebuilds write their shadows').
+
+    Opens a short-lived store when ``store`` is ``None`` (only a lost pointer asks).
+    """
+    logical = settings.logical_collection
+    if store is not None:
+        return bool(StateStore(store, Settings.state_collection_of(logical)).read_meta(BUILD))
+    from kbsync.store import open_store
+
+    own = open_store(settings.model_copy(update={"collection": logical, "active_of": None}))
+    try:
+        return was_replaced(settings, own)
+    finally:
+        own.close()
 
 
 def previous_collection(settings: Settings, store: VectorStore | None = None) -> str | None:

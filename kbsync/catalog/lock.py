@@ -20,6 +20,11 @@ rollback and restore alike:
 4. On the embedded engine no distributed lock is taken, whatever the door decided: one
    machine, one lock file.
 
+5. Once held, :meth:`WriteLocks.hold` reads the active pointer again
+   (:func:`current_settings`): a writer whose collection a rebuild swapped out while it
+   waited is refused, or (``follow``) writes the collection active now. One place, so no
+   door forgets it; the pointer's own writers (rebuild, rollback, restore) are exempt.
+
 Both wait ``KBSYNC_LOCK_TIMEOUT_S`` (0: refuse at once) and refuse with
 :class:`~kbsync.errors.LockHeld` naming the holder. Not reentrant.
 
@@ -33,7 +38,8 @@ against a server store (:func:`given_or_embedded`): an unguarded server write is
 chosen silently.
 
 Tested by ``tests/catalog/test_lock_doors.py`` (every door serialised, the decision
-carried to every writer), ``tests/catalog/test_lock.py``,
+carried to every writer), ``tests/catalog/test_sec_waiting_writer.py`` (the pointer read
+again under the lock), ``tests/catalog/test_lock.py``,
 ``tests/catalog/test_sec_lock_holder.py``, ``tests/flows/test_run_lock.py`` (the Prefect
 limit) and ``tests/arch/test_layers.py`` (only the doors decide).
 
@@ -59,85 +65,21 @@ the lock or creating the file (filelock has no such query).
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
-import os
-import re
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Protocol
 
-from filelock import FileLock, Timeout
-
-from kbsync.errors import LockHeld, UsageError
-from kbsync.home import current_access, make_dir, open_home
+# The lock file itself (kbsync.catalog.lockfile), named here too: the policy's one import.
+from kbsync.catalog.lockfile import (Holder, ingest_lock_path, live_holder,  # noqa: F401
+                                     lock_path, lock_scope, probe, read_holder, refusal,
+                                     write_lock)
+from kbsync.errors import UsageError
+from kbsync.home import open_home
 from kbsync.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds (or last held) a lock file, as it recorded itself."""
-
-    pid: str = "?"
-    namespace: str | None = None
-    purpose: str | None = None
-    since: str | None = None
-    """When the holder took the lock (UTC, ISO 8601); absent in records of older versions."""
-    recorded: bool = True
-    """False: the live holder wrote no record of its own (pid from the kernel, if known)."""
-    command: str | None = None
-    """The unrecorded holder's command name (``/proc/<pid>/comm``), when readable."""
-
-    def describe(self) -> str:
-        """``an ingest of namespace 'x' (pid 12)``, with what is known."""
-        if not self.recorded:
-            if self.pid == "?":
-                return ("another process (not named: the lock file's record is of a "
-                        "finished run)")
-            command = f"{self.command!r}, " if self.command else ""
-            return f"another process ({command}pid {self.pid}) that wrote no holder record"
-        what = f"a {self.purpose}" if self.purpose else "another writer"
-        if self.purpose and self.purpose[0] in "aeiou":
-            what = f"an {self.purpose}"
-        where = f" of namespace {self.namespace!r}" if self.namespace is not None else ""
-        return f"{what}{where} (pid {self.pid})"
-
-    def held_since(self) -> str:
-        """`` since 2026-12-01T12:00:00Z``, or nothing when the record has no time."""
-        return f" since {self.since}" if self.since else ""
-
-
-def lock_path(home: Path, collection: str, namespace: str) -> Path:
-    """Where the lock file of one collection and namespace lives."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{collection}.{namespace}")
-    return home / "locks" / f"{safe}.lock"
-
-
-def ingest_lock_path(settings: Settings, namespace: str) -> Path:
-    """The lock an ingest takes.
-
-    Against a Qdrant server two namespaces may be written at once, so the lock
-    is per (collection, namespace). The embedded engine admits one process per
-    store folder, so there one lock covers the whole store.
-    """
-    if settings.qdrant_url:
-        # The logical name: a run that waited while `kbsync rebuild` swapped collections
-        # waited on the same lock as the swap (kbsync.catalog.active).
-        return lock_path(settings.home, settings.logical_collection, namespace)
-    return lock_path(settings.home, "embedded-store", "all")
-
-
-def lock_scope(settings: Settings, namespace: str) -> str:
-    """What :func:`ingest_lock_path`'s lock guards, in words (for messages)."""
-    if settings.qdrant_url:
-        return f"collection {settings.logical_collection!r}, namespace {namespace!r}"
-    return f"the embedded store {settings.store_path} (one writer for all namespaces)"
 
 
 class DistributedLock(Protocol):
@@ -167,18 +109,68 @@ class WriteLocks:
     settings: Settings
     distributed: DistributedLock | None = None
 
-    def hold(self, namespace: str, purpose: str = "ingest") -> AbstractContextManager[None]:
-        """Hold the write lock of ``namespace`` (:func:`ingest_lock` with the decision).
+    @contextmanager
+    def hold(self, namespace: str, purpose: str = "ingest", *,
+             follow: bool = False) -> Iterator[Settings]:
+        """Hold the write lock of ``namespace`` (:func:`ingest_lock` with the decision), then
+        resolve the active collection again: the one place every waiting writer does.
 
+        ``settings`` were resolved before the wait; a ``kbsync rebuild`` (or a rollback)
+        holding the lock meanwhile may have swapped the collection they name out. Once the
+        lock is held the pointer is read again (:func:`current_settings`): unchanged, the
+        block runs with ``settings``; changed, it is refused, or with ``follow`` (a writer
+        that opens its store inside the block, such as ``kbsync remove``) it runs with the
+        settings of the collection active now. The pointer's own writers (purposes in
+        :data:`POINTER_WRITERS`) read it under the lock themselves and are not checked.
+
+        Yields:
+            The settings to write with (``settings``, or the re-resolved ones).
         Raises:
             LockHeld: another writer holds either lock past ``settings.lock_timeout_s``.
+            StoreUnavailable: the active collection changed while this writer waited
+                (without ``follow``); running it again writes the new one.
         """
-        return ingest_lock(self.settings, namespace, purpose=purpose,
-                           distributed=self.distributed)
+        with ingest_lock(self.settings, namespace, purpose=purpose,
+                         distributed=self.distributed):
+            if purpose in POINTER_WRITERS:
+                yield self.settings
+                return
+            yield current_settings(self.settings, follow=follow)
 
-    def for_purpose(self, purpose: str) -> Callable[[str], AbstractContextManager[None]]:
+    def for_purpose(self, purpose: str) -> Callable[[str], AbstractContextManager[Settings]]:
         """``namespace -> lock``: :meth:`hold` with ``purpose``, for an executor."""
         return lambda namespace: self.hold(namespace, purpose)
+
+
+POINTER_WRITERS = frozenset({"rebuild", "rollback", "restore"})
+"""Purposes whose writers change the active pointer (and read it under the lock)."""
+
+
+def current_settings(settings: Settings, *, follow: bool = False) -> Settings:
+    """``settings`` when they still name the active collection; else (a swap meanwhile) the
+    settings of the active one with ``follow``, or a refusal. Call under the write lock.
+
+    Raises:
+        StoreUnavailable: the active collection changed and ``follow`` is off.
+        StoreError: the pointer was lost meanwhile (:func:`kbsync.catalog.active.resolve`).
+    """
+    from kbsync.catalog import active
+
+    if not follow:
+        active.check_still_active(settings)
+        return settings
+    configured = settings.model_copy(update={"collection": settings.logical_collection,
+                                             "active_of": None})
+    record = active.read_record(configured)  # never this command's earlier answer
+    if record is None:
+        active.refuse_if_orphaned(configured)
+    now = configured if record is None else active.aimed_at(configured, record)
+    if now.collection != settings.collection:
+        log.warning("collection %s now serves from %s, not %s (a rebuild swapped them while "
+                    "this writer waited for the lock): writing %s", settings.logical_collection,
+                    now.collection, settings.collection, now.collection)
+        return now
+    return settings
 
 
 def given_or_embedded(locks: WriteLocks | None, settings: Settings) -> WriteLocks:
@@ -221,181 +213,6 @@ def ingest_lock(settings: Settings, namespace: str, *, purpose: str = "ingest",
                                        timeout_s=settings.lock_timeout_s, namespace=namespace,
                                        purpose=purpose, scope=lock_scope(settings, namespace)))
         yield
-
-
-@contextmanager
-def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5,
-               namespace: str | None = None, purpose: str | None = None,
-               scope: str | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` for the duration of the block.
-
-    Not reentrant: a second ``write_lock`` on the same path, even in the same
-    thread, is another writer and is refused (or waits) like one.
-
-    Args:
-        path: the lock file (created if missing; never deleted, so waiters share one inode).
-        timeout_s: how long to wait for another holder; 0 refuses at once.
-        poll_s: how often a waiting writer tries again.
-        namespace: recorded in the file for others' messages (the namespace written).
-        purpose: recorded too (``ingest``, ``remove``, ...).
-        scope: what the lock guards, in words, for the refusal message.
-    Raises:
-        LockHeld: another process holds it past the timeout (names its pid and namespace).
-    """
-    make_dir(path.parent)
-    record = _record(namespace, purpose)
-    # fallback_to_soft=False: a soft (existence) lock would outlive a killed holder, and the
-    # release on death is the point of this lock. thread_local=False: the hold belongs to
-    # this block, not to the thread that entered it. mode: 0600 (0660 shared), whatever the
-    # umask: whoever can open the file can flock it.
-    lock = FileLock(path, poll_interval=poll_s, thread_local=False, fallback_to_soft=False,
-                    mode=current_access().file_mode,
-                    on_acquired=lambda fd: _write_record(fd, record))
-    _acquire(lock, path, timeout_s=timeout_s, poll_s=poll_s, scope=scope)
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _acquire(lock: FileLock, path: Path, *, timeout_s: float, poll_s: float,
-             scope: str | None) -> None:
-    """Take ``lock`` at once, or warn once and wait up to ``timeout_s``; else raise LockHeld."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        lock.acquire(blocking=False)
-        return
-    except Timeout:
-        holder = live_holder(path)
-    if timeout_s <= 0:
-        raise refusal(path, holder, scope, timeout_s)
-    log.warning("waiting for the write lock held by %s%s (%s)", holder.describe(),
-                holder.held_since(), path)
-    try:
-        lock.acquire(timeout=max(deadline - time.monotonic(), 0.0), poll_interval=poll_s)
-    except Timeout:
-        raise refusal(path, live_holder(path), scope, timeout_s) from None
-
-
-def _record(namespace: str | None, purpose: str | None) -> bytes:
-    """The holder record this process writes into the lock file once it holds it."""
-    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return json.dumps({"pid": os.getpid(), "namespace": namespace, "purpose": purpose,
-                       "since": since}).encode()
-
-
-def _write_record(fd: int, record: bytes) -> None:
-    """filelock's ``on_acquired`` hook: replace the last holder's record with ours.
-
-    Runs while the flock is held and leaves the descriptor open and locked, as
-    filelock requires; a failure here rolls the acquisition back.
-    """
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, record, 0)
-
-
-def refusal(path: Path, holder: Holder, scope: str | None, waited_s: float) -> LockHeld:
-    """The one-line :class:`LockHeld` naming the holder, what it guards and what to do."""
-    what = scope or "this collection and namespace"
-    wait = (f"waited {waited_s:g} s" if waited_s else
-            "set KBSYNC_LOCK_TIMEOUT_S to wait for it")
-    return LockHeld(f"{holder.describe()} is writing {what}{holder.held_since()}; {wait} "
-                    f"(lock {path})")
-
-
-def probe(path: Path) -> Holder | None:
-    """The current holder of ``path``, or ``None`` when it is free (or does not exist).
-
-    A quick check only (the lock may change hands right after); it creates
-    nothing, so a refusal can be given before any run starts.
-    """
-    try:
-        handle = open(path)
-    except FileNotFoundError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return live_holder(path)
-        return None
-
-
-def live_holder(path: Path) -> Holder:
-    """Who holds ``path``'s flock now, never a finished run (see the module docstring).
-
-    The record when its pid is among the kernel's holders of the file; else the
-    kernel's holder, unrecorded; without ``/proc/locks``, the record only while
-    its pid is alive.
-    """
-    recorded = read_holder(path)
-    pids = _flock_pids(path)
-    if pids is None:
-        return recorded if _alive(recorded.pid) else Holder(recorded=False)
-    if recorded.pid in pids:
-        return recorded
-    if pids:
-        return Holder(pid=pids[0], recorded=False, command=_command(pids[0]))
-    return Holder(recorded=False)
-
-
-def _flock_pids(path: Path) -> list[str] | None:
-    """Pids holding a ``flock`` on ``path`` per ``/proc/locks`` (None: unreadable)."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    same, same_inode = [], []
-    for line in lines:
-        fields = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146327 0 EOF"; "->" lines are waiters
-        if len(fields) < 6 or fields[1] != "FLOCK" or not fields[4].isdigit() \
-                or int(fields[4]) <= 0:
-            continue
-        if fields[5] == exact:
-            same.append(fields[4])
-        elif fields[5].rsplit(":", 1)[-1] == str(st.st_ino):
-            same_inode.append(fields[4])  # overlay file systems may show another device
-    return same or same_inode
-
-
-def _alive(pid: str) -> bool:
-    """Whether a process with this pid exists (another user's counts)."""
-    if not pid.isdigit() or int(pid) <= 0:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _command(pid: str) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def read_holder(path: Path) -> Holder:
-    """The holder recorded in ``path`` (a JSON object, or a bare pid in older files)."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return Holder()
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        return Holder(pid=text or "?")
-    if not isinstance(data, dict):
-        return Holder(pid=str(data))
-    return Holder(pid=str(data.get("pid") or "?"), namespace=data.get("namespace"),
-                  purpose=data.get("purpose"), since=data.get("since"))
 
 
 def refuse_if_held(settings: Settings, namespace: str) -> None:

@@ -43,7 +43,7 @@ rebuilt from files; a live collection holding them fails the state check.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from kbsync.errors import StoreUnavailable, UsageError
@@ -321,7 +321,7 @@ def swap(plan: RebuildPlan, settings: Settings, store: VectorStore) -> dict[str,
         # The one write a rebuild makes beside the live collection's points and records: the
         # settings it was built with, so a rollback (or a restore) brings them back with it.
         active.write_build(store, plan.live, dict(plan.live_build), run_id="rebuild")
-    _write(record, settings, store)
+    record = _write(record, settings, store)
     old = plan.previous
     if old and old not in (plan.live, plan.shadow):
         discard(store, old)
@@ -343,6 +343,8 @@ def rollback(settings: Settings, store: VectorStore | None = None) -> dict[str, 
         with open_store(settings) as own:  # type: ignore[attr-defined]
             return rollback(settings, own)
     record = active.read_record(settings.model_copy(update={"active_of": None}), store)
+    if record is None:
+        active.refuse_if_orphaned(settings, store)  # a lost pointer: name --restore instead
     if record is None or record.previous is None:
         raise UsageError(f"collection {settings.logical_collection}: nothing to roll back to "
                          "(no rebuild has swapped it, or its previous collection is gone)")
@@ -350,9 +352,7 @@ def rollback(settings: Settings, store: VectorStore | None = None) -> dict[str, 
     if record.previous not in names:
         raise UsageError(f"collection {settings.logical_collection}: the previous collection "
                          f"{record.previous} no longer exists")
-    new = record.rolled_back(utc_now())
-    _write(new, settings, store)
-    return asdict(new)
+    return asdict(_write(record.rolled_back(utc_now()), settings, store))
 
 
 def restore(settings: Settings, name: str, store: VectorStore) -> dict[str, Any]:
@@ -379,14 +379,18 @@ def restore(settings: Settings, name: str, store: VectorStore) -> dict[str, Any]
     record = pointer.ActiveRecord(logical, name, previous, active.read_build(store, name),
                                   active.read_build(store, previous) if previous else {},
                                   utc_now())
-    _write(record, settings, store)
-    return asdict(record)
+    return asdict(_write(record, settings, store))
 
 
-def _write(record: pointer.ActiveRecord, settings: Settings, store: VectorStore | None) -> None:
+def _write(record: pointer.ActiveRecord, settings: Settings,
+           store: VectorStore | None) -> pointer.ActiveRecord:
+    """Point the logical name at ``record`` (aliases, or the pointer file and its copy with
+    the next generation); the record as written."""
     client = getattr(store, "client", None)  # a server store's aliases; else the pointer file
     if client is not None:
         pointer.swap_aliases(client, record.logical, active=record.active,
                              previous=record.previous)
-    else:
-        pointer.write_pointer(settings.home, record)
+        return record
+    record = replace(record, generation=pointer.next_generation(settings.home, record.logical))
+    pointer.write_pointer(settings.home, record)
+    return record

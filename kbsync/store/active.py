@@ -16,7 +16,11 @@ swap by ``kbsync rebuild`` it is also the physical chunk collection (and
   ``$KBSYNC_HOME/active/<name>.json`` names the active and the previous
   collection; it is written to a temporary file, fsynced, renamed over the old one
   with ``os.replace`` and the folder fsynced, so a crash leaves the old or the new
-  pointer, never a torn one.
+  pointer, never a torn one. A second copy, ``$KBSYNC_HOME/qdrant/.active/<name>.json``
+  (inside the store folder, so a backup of ``qdrant/`` carries it), is written the same
+  way right after; it is read only when the first one is lost
+  (:func:`kbsync.catalog.active.read_record` recovers the pointer from it). Each write
+  bumps the record's ``generation``, so the newer of two records is known.
 
 No pointer (no alias, no file) means "the logical name is the physical one", so
 stores that were never rebuilt behave exactly as before. The embedded pointer also
@@ -62,6 +66,8 @@ class ActiveRecord:
     build: dict[str, Any] = field(default_factory=dict)
     previous_build: dict[str, Any] = field(default_factory=dict)
     swapped_at: str | None = None
+    generation: int = 0
+    """Bumped by every swap, rollback and restore (0: a record from before generations)."""
 
     def rolled_back(self, now: str) -> ActiveRecord:
         """The record after a rollback: active and previous change places."""
@@ -69,7 +75,7 @@ class ActiveRecord:
             raise StoreError(f"collection {self.logical}: no previous collection to roll "
                              "back to (kbsync rebuild keeps one after a swap)")
         return ActiveRecord(self.logical, self.previous, self.active, dict(self.previous_build),
-                            dict(self.build), now)
+                            dict(self.build), now, self.generation)
 
 
 def shadow_name(logical: str, existing: list[str]) -> str:
@@ -92,6 +98,16 @@ def pointer_path(home: Path, logical: str) -> Path:
     return Path(home) / "active" / f"{logical}.json"
 
 
+MIRROR_FOLDER = Path("qdrant") / ".active"
+"""Where the pointer's second copy lives, under ``KBSYNC_HOME``: inside the store folder
+(``Settings.store_path``), which a collection listing skips (no collection config)."""
+
+
+def mirror_path(home: Path, logical: str) -> Path:
+    """Where the second copy of ``logical``'s pointer lives (see the module doc)."""
+    return Path(home) / MIRROR_FOLDER / f"{logical}.json"
+
+
 def read_pointer(home: Path, logical: str) -> ActiveRecord | None:
     """The pointer of ``logical``, or ``None`` when there is none.
 
@@ -99,7 +115,32 @@ def read_pointer(home: Path, logical: str) -> ActiveRecord | None:
         StoreError: the file exists but cannot be read or parsed (it is never
             torn by a crash, so that means damage or a hand edit).
     """
-    path = pointer_path(home, logical)
+    return _read(pointer_path(home, logical), logical)
+
+
+def read_mirror(home: Path, logical: str) -> ActiveRecord | None:
+    """The second copy of ``logical``'s pointer, or ``None`` when there is none.
+
+    Raises:
+        StoreError: as :func:`read_pointer`.
+    """
+    return _read(mirror_path(home, logical), logical)
+
+
+def next_generation(home: Path, logical: str) -> int:
+    """One above the generation of either copy of ``logical``'s pointer (unreadable: 0)."""
+    seen = [0]
+    for read in (read_pointer, read_mirror):
+        try:
+            record = read(home, logical)
+        except StoreError:
+            continue
+        if record is not None:
+            seen.append(record.generation)
+    return max(seen) + 1
+
+
+def _read(path: Path, logical: str) -> ActiveRecord | None:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -115,13 +156,27 @@ def read_pointer(home: Path, logical: str) -> ActiveRecord | None:
                          f"{logical}") from exc
 
 
-def write_pointer(home: Path, record: ActiveRecord) -> Path:
-    """Replace the pointer of ``record.logical`` atomically (temp file, fsync, rename, fsync).
+def write_pointer(home: Path, record: ActiveRecord, *, mirror: bool = True) -> Path:
+    """Replace the pointer of ``record.logical`` atomically (temp file, fsync, rename, fsync),
+    then its second copy (``mirror``; only when the store folder exists: a pointer written
+    before the first collection, by the model choice, gets its copy at the first swap).
 
     Readers see the old record or the new one, never a mix; after a crash the
-    pointer is one of the two.
+    pointer is one of the two, and the copy is the same record or the one before.
+    Returns the pointer's path.
     """
     path = pointer_path(home, record.logical)
+    _write_atomic(path, record)
+    log.info("collection %s now serves from %s (pointer %s)", record.logical, record.active,
+             path)
+    copy = mirror_path(home, record.logical)
+    if mirror and copy.parent.parent.is_dir():
+        _write_atomic(copy, record)
+    return path
+
+
+def _write_atomic(path: Path, record: ActiveRecord) -> None:
+    """Write ``record`` to ``path``: temp file, fsync, rename, fsync of the folder."""
     make_dir(path.parent)
     data = json.dumps(asdict(record), sort_keys=True, indent=1).encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".{record.logical}.", suffix=".tmp", dir=path.parent)
@@ -136,9 +191,6 @@ def write_pointer(home: Path, record: ActiveRecord) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)  # the rename itself survives a power cut
-    log.info("collection %s now serves from %s (pointer %s)", record.logical, record.active,
-             path)
-    return path
 
 
 def _fsync_dir(folder: Path) -> None:

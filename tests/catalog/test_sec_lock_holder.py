@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kbsync.errors import LockHeld
-from kbsync.catalog import lock as lockmod
+from kbsync.catalog import lockfile as lockmod  # where the lock file is taken
 from kbsync.catalog.lock import probe, write_lock
 
 RECORD_AND_EXIT = r"""
