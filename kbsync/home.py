@@ -219,18 +219,19 @@ def _walk(path: Path, access: HomeAccess, home: Path) -> None:
 def _share_own(path: Path, st: os.stat_result, access: HomeAccess) -> os.stat_result:
     """In a shared home, give the shared group what this user's own entry gives its owner
     (folders also setgid), so every member can use it; another member's entry is theirs
-    to fix. Heals what kbsync before issue 37 left (``run/`` 2700, the cache 0640)."""
-    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+    to fix. Heals what kbsync before issue 37 left (``run/`` 2700, the cache 0640).
+
+    Only adds group bits to an entry already in the shared group: it never changes a
+    group, nor takes away what others may do (the check refuses both, naming the fix)."""
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_gid != access.gid:
         return st
     mode = stat.S_IMODE(st.st_mode)
-    wanted = (mode | (mode & 0o700) >> 3) & ~0o007
+    wanted = mode | (mode & 0o700) >> 3
     if stat.S_ISDIR(st.st_mode):
         wanted |= stat.S_ISGID
-    if wanted == mode and st.st_gid == access.gid:
+    if wanted == mode:
         return st
     try:
-        if st.st_gid != access.gid:
-            os.chown(path, -1, access.gid, follow_symlinks=False)
         os.chmod(path, wanted, follow_symlinks=False)
         return os.stat(path, follow_symlinks=False)
     except FileNotFoundError:

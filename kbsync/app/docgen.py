@@ -55,8 +55,9 @@ NOTES: dict[str, str] = {
             "pointers (`active/`); relative to the working directory. Created 0700 (files 0600) "
             "whatever the umask, and refused (`HomeExposed`, one line naming the `chmod`) when "
             "group or others can use it ([Security](../SECURITY.md)).",
-    "shared_group": "Folders 2770, files 0660; others still refused "
-                    "([Security](../SECURITY.md)).",
+    "shared_group": "Folders 2770, files 0660 (the relay's `run/`, the cache database and its "
+                    "journals, the locks included): every member can ingest and search in turn; "
+                    "others still refused ([Security](../SECURITY.md)).",
     "qdrant_url": "A Qdrant server or cluster, through qdrant-client "
                   "([Scaling](../SCALING.md)).",
     "qdrant_shards": "Cluster: 2 per node ([Scaling](../SCALING.md)).",
