@@ -30,6 +30,7 @@ import pytest
 
 from kbtest import REPO, write_tree
 
+HERE = Path(__file__).resolve().parent
 PYTHON = "/usr/bin/python3.11"
 MAIN = "import sys; from kbsync.app.cli import main; sys.argv[0] = 'kbsync'; sys.exit(main())"
 pytestmark = [
@@ -83,6 +84,12 @@ def _shim(place: Path) -> Path:
 
 def _kbsync(user: str, place: Path, group: str, *args: str) -> subprocess.CompletedProcess:
     """The real CLI as ``user``, in a clean environment, with the shared home."""
+    return subprocess.run(_command(user, place, group, "-c", MAIN, *args), capture_output=True,
+                          text=True, timeout=300)
+
+
+def _command(user: str, place: Path, group: str, *python_args: str) -> list[str]:
+    """``python *python_args`` as ``user``, in a clean environment, with the shared home."""
     own = place / f"home-{user}"  # the user's HOME (Prefect's temporary server keeps files there)
     if not own.exists():
         own.mkdir(mode=0o700)
@@ -92,9 +99,8 @@ def _kbsync(user: str, place: Path, group: str, *args: str) -> subprocess.Comple
            "KBSYNC_HOME": str(place / "team" / "kb"), "KBSYNC_SHARED_GROUP": group,
            "KBSYNC_EMBED_PROVIDER": "hash", "KBSYNC_CONVERT_ISOLATION": "false",
            "HF_HUB_OFFLINE": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    command = ["runuser", "-u", user, "--", "env", "-i",
-               *(f"{k}={v}" for k, v in env.items()), PYTHON, "-s", "-c", MAIN, *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+            PYTHON, "-s", *python_args]
 
 
 def _ok(proc: subprocess.CompletedProcess, who: str) -> dict:
@@ -122,6 +128,37 @@ def test_members_take_turns_at_ingest_and_search(members, place):
                         f"turn {turn}: {who}'s search")
             assert [hit["doc_id"] for hit in found["results"]][:1] == [f"share/{name}"], found
     _assert_group_usable(place / "team" / "kb", group)
+
+
+def test_a_member_reads_through_another_members_running_ingest(members, place):
+    """The relay of a shared home serves the group: ``run/`` 2770, the socket 0660, the peer
+    a member (before, the reader refused a folder and a peer of another uid)."""
+    group, (first, second) = members
+    team = place / "team"
+    team.mkdir()
+    shutil.chown(team, group=group)
+    team.chmod(0o2770)
+    share = place / "share"
+    write_tree(share, {f"n{i}.md": f"# Note {i}\n\nrotate the key marker{i}.\n" for i in range(6)})
+    subprocess.run(["chmod", "-R", "a+rX", str(share)], check=True)
+    stop = place / "stop"
+    writer = subprocess.Popen(_command(first, place, group, str(HERE / "relay_writer.py"),
+                                       str(share), str(stop)),
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
+        sock = team / "kb" / "run" / "store.sock"
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o660
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o2770
+        found = _ok(_kbsync(second, place, group, "search", "marker3", "--json"),
+                    f"{second}'s search during {first}'s ingest")
+        assert found["results"][0]["doc_id"] == "share/n3.md"
+        assert writer.poll() is None  # read through the relay, not after the writer
+    finally:
+        stop.touch()
+        subprocess.run(["chmod", "a+r", str(stop)], check=False)
+        writer.communicate(timeout=120)
+    assert writer.returncode == 0
 
 
 def _assert_group_usable(home: Path, group: str) -> None:
