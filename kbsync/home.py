@@ -15,7 +15,11 @@ keys:
   (:data:`KBSYNC_PARTS`; other files a person keeps beside them are theirs).
 - ``KBSYNC_SHARED_GROUP=<group>`` shares it with one group on purpose: folders 2770
   (new files inherit the group), files 0660, umask 007; others are still refused,
-  and so is a part that belongs to another group.
+  and so is a part that belongs to another group. Every member can use everything
+  kbsync makes there (issue 37): ``run/`` (the relay), the cache database and its
+  journals (:func:`make_file`), the locks, the pointers, the store; on each open a
+  member gives the group what it gives itself on its own entries (:func:`_share_own`),
+  which heals a home an earlier version left member-private.
 
 Invariant: a home :func:`open_home` returned from grants nothing to anyone but its
 owner (and the shared group, when set). Limits: the check runs when a home is
@@ -135,6 +139,28 @@ def make_dir(path: Path, access: HomeAccess | None = None) -> Path:
     return path
 
 
+def make_file(path: Path, access: HomeAccess | None = None) -> Path:
+    """Create the empty file ``path`` with ``access``'s file mode, whatever the umask, unless
+    it exists (then it is left as it is).
+
+    For files another library creates with its own mode under the umask (SQLite makes a
+    database 0644, so 0640 under a shared home's umask 007, and its journal, WAL and shared
+    memory files take the database's mode): made first, they get the group's 0660.
+    """
+    access = access or current_access()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, access.file_mode)
+    except FileExistsError:
+        return Path(path)
+    try:
+        if access.gid is not None:
+            os.fchown(fd, -1, access.gid)
+        os.fchmod(fd, access.file_mode)
+    finally:
+        os.close(fd)
+    return Path(path)
+
+
 def open_home(home: Path, *, shared_group: str | None = None) -> HomeAccess:
     """Make ``home`` ready for this process: umask set, folder created if missing, and
     the home and its :data:`KBSYNC_PARTS` checked.
@@ -168,6 +194,8 @@ def _walk(path: Path, access: HomeAccess, home: Path) -> None:
     st = _stat(path, home, follow=False)
     if st is None:
         return
+    if access.shared:
+        st = _share_own(path, st, access)
     _check_entry(path, st, access, home)
     if not stat.S_ISDIR(st.st_mode):
         return
@@ -176,10 +204,41 @@ def _walk(path: Path, access: HomeAccess, home: Path) -> None:
     except FileNotFoundError:  # removed by a writer while we looked: nothing left to check
         return
     except OSError as exc:
+        if access.shared:
+            raise HomeExposed(
+                f"cannot check the permissions under {path}: {exc.strerror}; in a home shared "
+                f"with group {access.group} (KBSYNC_SHARED_GROUP) every member must be able to "
+                f"enter it: its owner, {_user(st.st_uid)}, runs any kbsync command with the "
+                f"same KBSYNC_SHARED_GROUP once, or `chmod -R g+rwX {_arg(home)}`") from exc
         raise HomeExposed(f"cannot check the permissions under {path}: {exc.strerror}; "
                           f"kbsync opens only a home it can check (`ls -la {path}`)") from exc
     for name in names:
         _walk(path / name, access, home)
+
+
+def _share_own(path: Path, st: os.stat_result, access: HomeAccess) -> os.stat_result:
+    """In a shared home, give the shared group what this user's own entry gives its owner
+    (folders also setgid), so every member can use it; another member's entry is theirs
+    to fix. Heals what kbsync before issue 37 left (``run/`` 2700, the cache 0640).
+
+    Only adds group bits to an entry already in the shared group: it never changes a
+    group, nor takes away what others may do (the check refuses both, naming the fix)."""
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_gid != access.gid:
+        return st
+    mode = stat.S_IMODE(st.st_mode)
+    wanted = mode | (mode & 0o700) >> 3
+    if stat.S_ISDIR(st.st_mode):
+        wanted |= stat.S_ISGID
+    if wanted == mode:
+        return st
+    try:
+        os.chmod(path, wanted, follow_symlinks=False)
+        return os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return st
+    except OSError as exc:  # not a member of the group: the check below names the fix
+        log.debug("cannot share %s with group %s: %s", path, access.group, exc)
+        return st
 
 
 def _stat(path: Path, home: Path, *, follow: bool) -> os.stat_result | None:

@@ -43,7 +43,8 @@ S = TypeVar("S", bound=Embedder | None)
 def ocr_config(settings: Settings) -> OcrConfig:
     """The OCR settings as values (``KBSYNC_OCR*``)."""
     return OcrConfig(enabled=settings.ocr, languages=settings.ocr_languages,
-                     dpi=settings.ocr_dpi, page_timeout_s=settings.ocr_page_timeout_s)
+                     dpi=settings.ocr_dpi, page_timeout_s=settings.ocr_page_timeout_s,
+                     max_pages=settings.ocr_max_pages)
 
 
 class ConverterPool:

@@ -177,6 +177,9 @@ class Settings(BaseSettings):
     ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution scanned pages are read at.")
     ocr_page_timeout_s: float = Field(60.0, gt=0, le=MAX_TIMEOUT_S,
                                         description="Wall-clock limit per OCR'd page.")
+    ocr_max_pages: int = Field(200, ge=1, le=100_000,
+                               description="Files with more pages to OCR fail (FileTooLarge) "
+                               "before any page is read.")
     min_free_mb: float = Field(
         64.0, ge=0, le=MAX_MB, description="Free space kept under KBSYNC_HOME beyond what a write needs; "
         "a batch that would eat into it stops the run with DiskFull.")

@@ -55,8 +55,9 @@ NOTES: dict[str, str] = {
             "pointers (`active/`); relative to the working directory. Created 0700 (files 0600) "
             "whatever the umask, and refused (`HomeExposed`, one line naming the `chmod`) when "
             "group or others can use it ([Security](../SECURITY.md)).",
-    "shared_group": "Folders 2770, files 0660; others still refused "
-                    "([Security](../SECURITY.md)).",
+    "shared_group": "Folders 2770, files 0660 (the relay's `run/`, the cache database and its "
+                    "journals, the locks included): every member can ingest and search in turn; "
+                    "others still refused ([Security](../SECURITY.md)).",
     "qdrant_url": "A Qdrant server or cluster, through qdrant-client "
                   "([Scaling](../SCALING.md)).",
     "qdrant_shards": "Cluster: 2 per node ([Scaling](../SCALING.md)).",
@@ -109,7 +110,8 @@ NOTES: dict[str, str] = {
                       "([Sync, *Locks*](../sync.md#locks)); the deployments in `prefect.yaml` "
                       "wait 30 minutes.",
     "convert_isolation": "A hang, crash or memory blow-up costs one file.",
-    "convert_timeout_s": "`ConversionTimeout`.",
+    "convert_timeout_s": "`ConversionTimeout`. Per file, OCR included: a long scan needs more "
+                         "([Formats and OCR](../formats.md#scanned-documents-ocr)).",
     "convert_memory_mb": "A file that needs more fails with `MemoryLimitExceeded`, naming the "
                          "limit and this setting (a sound 5 MB workbook can need over 2 GiB).",
     "max_file_mb": "Larger files fail with `FileTooLarge`.",
@@ -117,6 +119,7 @@ NOTES: dict[str, str] = {
     "ocr_languages": "Each needs its `tesseract-ocr-<lang>` package.",
     "ocr_dpi": "Scanned PDF pages.",
     "ocr_page_timeout_s": "A page over it is skipped with a warning.",
+    "ocr_max_pages": "Counts the pages OCR would read (a TIFF's frames, a PDF's scanned pages).",
     "min_free_mb": "Under `KBSYNC_HOME` ([Sync, *Disk space*](../sync.md#disk-space)).",
     "orchestrator_timeout_s": "[Operations](../OPERATIONS.md#12-losing-the-prefect-api-mid-run).",
     "query_timeout_s": "Each request times out with what is left: an endpoint that does not "

@@ -19,11 +19,14 @@ threads (Prefect's task runner) are never forked. Each worker handles
 ``max_tasks_per_worker`` files, then is recycled to bound memory fragmentation.
 The pool is thread-safe: each call borrows one idle worker, blocking while all are busy.
 
-OCR (:mod:`kbsync.convert.ocr`, when ``ocr.enabled``) runs in the same workers under its
-own clock: before each page it reads, the worker tells the parent how long that page may
-take (the page limit plus rendering), and the parent waits that long for the next word
-instead of the file's limit. A long scan therefore never times out as a whole, each page
-is bounded, and text-layer files keep the file limit.
+OCR (:mod:`kbsync.convert.ocr`, when ``ocr.enabled``) runs in the same workers, and the
+file's limit holds for it too (issue 37): it is one deadline per file, set when the file is
+sent and never extended, whatever the pages. Before each page it reads, the worker tells the
+parent how long that page may take (the page limit plus rendering); the parent then waits
+for the next word until the earlier of the page's limit and the file's deadline. So one
+file holds a worker (and the run's write lock) for at most ``timeout_s``; a scan longer
+than that fails with ``ConversionTimeout`` naming ``KBSYNC_CONVERT_TIMEOUT_S``, and
+``KBSYNC_OCR_MAX_PAGES`` refuses a file with too many pages before any is read.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import multiprocessing
 import queue
 import resource
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -165,7 +169,7 @@ class IsolatedConverter:
 
     Args:
         workers: number of worker processes (each holds its own converters in memory).
-        timeout_s: wall-clock limit per file; the worker is killed past it.
+        timeout_s: wall-clock limit per file, OCR included; the worker is killed past it.
         memory_mb: address-space limit per worker (None: no limit). Address space, not
             resident memory: the imported libraries alone take ~650 MiB of it.
         max_tasks_per_worker: files a worker converts before it is replaced.
@@ -205,10 +209,11 @@ class IsolatedConverter:
         """Same contract as :func:`kbsync.convert.convert`, plus ``ConversionTimeout``.
 
         ``ocr`` (when enabled) is handed to the target; each page it reads gets its own
-        time limit (see the module docstring).
+        time limit, inside the file's (see the module docstring).
 
         Raises:
-            ConversionTimeout: the file took longer than ``timeout_s``.
+            ConversionTimeout: the file took longer than ``timeout_s`` (OCR included), or
+                one OCR page longer than its own limit plus rendering.
             MemoryLimitExceeded: the worker ran out of memory (the message names the
                 limit and ``KBSYNC_CONVERT_MEMORY_MB``).
             CorruptDocument: the worker crashed on this file.
@@ -222,15 +227,19 @@ class IsolatedConverter:
         try:
             worker.conn.send((str(path), doc_id, max_bytes, ocr,
                               None if within is None else str(within)))
-            wait, what = self._timeout_s, "conversion"
+            deadline = time.monotonic() + self._timeout_s  # per file: never extended
+            page_limit: float | None = None  # set once OCR starts: the current page's limit
             while True:
-                if not worker.conn.poll(wait):
+                left = deadline - time.monotonic()
+                wait = left if page_limit is None else min(left, page_limit)
+                if not worker.conn.poll(max(wait, 0.0)):
                     self._replace(worker)
-                    raise ConversionTimeout(f"{name}: {what} took over {wait:g} s; worker killed")
+                    raise self._timeout(name, page_limit if wait < left else None,
+                                        ocr=page_limit is not None)
                 status, payload = worker.conn.recv()
                 if status != "ocr-page":
                     break
-                wait, what = payload, "an OCR page"  # the next page's own limit
+                page_limit = payload  # the next page's own limit, inside the file's
         except (EOFError, OSError) as exc:  # the worker died mid-file
             worker.process.join(1)
             code = worker.process.exitcode
@@ -245,6 +254,19 @@ class IsolatedConverter:
         if status == "ok":
             return payload
         raise payload
+
+    def _timeout(self, name: str, page_limit: float | None, *, ocr: bool) -> ConversionTimeout:
+        """The error of a worker killed past the file's deadline, or past one OCR page's
+        limit (``page_limit``: that limit came first)."""
+        if page_limit is not None:
+            return ConversionTimeout(f"{name}: an OCR page took over {page_limit:g} s; "
+                                     "worker killed")
+        if not ocr:
+            return ConversionTimeout(f"{name}: conversion took over {self._timeout_s:g} s; "
+                                     "worker killed")
+        return ConversionTimeout(
+            f"{name}: conversion with OCR took over {self._timeout_s:g} s, the limit per file "
+            "whatever its pages; worker killed (raise KBSYNC_CONVERT_TIMEOUT_S for long scans)")
 
     def _memory_error(self, name: str) -> MemoryLimitExceeded:
         if self._memory_mb is None:  # no limit of ours: the machine's memory ran out

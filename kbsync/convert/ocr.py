@@ -19,6 +19,10 @@ as one uniform block of text, and a later reading is kept when it scores clearly
 :data:`~kbsync.convert.ocr_coverage.MIN_COVERAGE` is named in the document's warnings, since
 Tesseract's confidence only speaks for the words it found.
 
+Bounds: a file with more pages to read than ``max_pages`` (``KBSYNC_OCR_MAX_PAGES``) fails
+with ``FileTooLarge`` before any page is read (:func:`check_page_count`); the file's own time
+limit holds in the isolated workers whatever its pages (:mod:`kbsync.convert.isolate`).
+
 Limits: one Tesseract thread per page (parallelism comes from the conversion workers);
 pages rendered above :data:`MAX_PIXELS` are scaled down; no layout analysis beyond
 Tesseract's blocks and lines, no tables, no headings.
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 from kbsync.convert.ocr_coverage import (PSM, Box, better_reading, coverage_warning, gray_pixels,
                                          incomplete, ink_coverage)
 from kbsync.convert.text import Extracted, join_pages
-from kbsync.errors import ConversionError, EmptyDocument, NoTextLayer, UsageError
+from kbsync.errors import ConversionError, EmptyDocument, FileTooLarge, NoTextLayer, UsageError
 from kbsync.text.cjk import no_space_between
 
 logger = logging.getLogger(__name__)
@@ -75,6 +79,8 @@ class OcrConfig:
         languages: Tesseract language codes joined by ``+`` (``eng+chi_sim``).
         dpi: rendering resolution of PDF pages.
         page_timeout_s: wall-clock limit of one page's recognition.
+        max_pages: most pages one file may have OCR'd; a file with more fails before any
+            is read (:func:`check_page_count`).
         psm: Tesseract's page segmentation modes, tried in turn (:data:`PSM`): the next only
             while the best reading looks incomplete (see :func:`ocr_png`).
     """
@@ -83,6 +89,7 @@ class OcrConfig:
     languages: str = "eng+chi_sim"
     dpi: int = 300
     page_timeout_s: float = 60.0
+    max_pages: int = 200
     psm: tuple[int, ...] = PSM
 
     def key(self) -> str:
@@ -185,6 +192,17 @@ def _fonts_unmapped(page) -> bool:
         if doc.xref_get_key(xref, "ToUnicode")[0] != "null":
             return False
     return True
+
+
+def check_page_count(count: int, config: OcrConfig, *, name: str) -> None:
+    """Refuse, before any page is read, a file with more than ``config.max_pages`` to OCR.
+
+    Raises:
+        FileTooLarge: one line naming the count, the cap and ``KBSYNC_OCR_MAX_PAGES``.
+    """
+    if count > config.max_pages:
+        raise FileTooLarge(f"{name}: {count} pages to OCR, over the limit of {config.max_pages} "
+                           "pages per file (KBSYNC_OCR_MAX_PAGES); nothing of it was indexed")
 
 
 def ocr_png(png: bytes, config: OcrConfig, *, label: str, gray=None) -> OcrPage:
@@ -307,9 +325,13 @@ def read_scanned_pages(doc, pages: list[str], numbers: list[int], config: OcrCon
 
     Returns:
         Page number -> mean word confidence, for each page OCR found text on.
+
+    Raises:
+        FileTooLarge: more ``numbers`` than ``config.max_pages`` (:func:`check_page_count`).
     """
     if not config.enabled or not numbers:
         return {}
+    check_page_count(len(numbers), config, name=name)
     found: dict[int, float] = {}
     coverage: dict[int, float] = {}
     failed: list[str] = []
@@ -350,6 +372,7 @@ def convert_image(data: bytes, *, ext: str, name: str, config: OcrConfig) -> Ext
     Raises:
         NoTextLayer: OCR is off (the message says how to turn it on).
         CorruptDocument: not a readable image. EmptyDocument: OCR found no text.
+        FileTooLarge: more frames than ``config.max_pages``.
     """
     import pymupdf
 
@@ -363,6 +386,7 @@ def convert_image(data: bytes, *, ext: str, name: str, config: OcrConfig) -> Ext
         raise CorruptDocument(f"{name}: not a readable image ({' '.join(str(exc).split())[:160]})") from exc
     warnings: list[str] = []
     try:
+        check_page_count(doc.page_count, config, name=name)
         numbers = list(range(1, doc.page_count + 1))
         found: dict[int, OcrPage] = {}
         for number in numbers:

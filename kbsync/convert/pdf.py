@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from kbsync.convert.ocr import (ENABLE_HINT, NO_OCR, OcrConfig, is_garbled, read_scanned_pages,
                                 scan_message)
 from kbsync.convert.text import Extracted, join_pages, normalize_newlines
-from kbsync.errors import CorruptDocument, EmptyDocument, EncryptedDocument, NoTextLayer
+from kbsync.errors import (CorruptDocument, EmptyDocument, EncryptedDocument, FileTooLarge,
+                           NoTextLayer)
 from kbsync.text.cjk import no_space_between
 
 logger = logging.getLogger(__name__)
@@ -61,10 +62,12 @@ def convert_pdf(data: bytes, *, name: str, ocr: OcrConfig = NO_OCR) -> Extracted
             nothing.
         EmptyDocument: pages hold neither text nor images.
         CorruptDocument: neither library can read the file.
+        FileTooLarge: more scanned pages than ``ocr.max_pages`` (OCR on).
     """
     try:
         return _convert_pymupdf(data, name, ocr)
-    except (EncryptedDocument, NoTextLayer, EmptyDocument, CorruptDocument, MemoryError):
+    except (EncryptedDocument, NoTextLayer, EmptyDocument, CorruptDocument, FileTooLarge,
+            MemoryError):
         raise
     except Exception as exc:  # any pymupdf failure: the fallback decides
         first = exc

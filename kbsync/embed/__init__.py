@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import threading
 
+from diskcache.core import DBNAME
+
 from kbsync.embed.base import EmbeddingProvider, TextKind
 from kbsync.embed.cache import EmbeddingCache, cache_key
 from kbsync.embed.hash import HashEmbedder
 from kbsync.embed.base import BatchResult
 from kbsync.embed.service import EmbeddingService, EmbedOutcome
 from kbsync.errors import UsageError
-from kbsync.home import make_dir, open_home
+from kbsync.home import make_dir, make_file, open_home
 from kbsync.settings import DEFAULT_HASH_DIMENSION, EmbedProvider, Settings
 
 __all__ = [
@@ -97,6 +99,9 @@ def build_embedding_service(settings: Settings) -> EmbeddingService:
         if service is None:
             open_home(settings.home, shared_group=settings.shared_group)
             make_dir(settings.cache_path)
+            # Made here, so SQLite's database (and its -wal/-shm, which take its mode) get
+            # the home's file mode: 0660 in a shared home, not SQLite's 0644 under umask 007.
+            make_file(settings.cache_path / DBNAME)
             service = EmbeddingService(
                 build_provider(settings),
                 cache=EmbeddingCache.from_gb(settings.cache_path, settings.cache_size_gb),

@@ -276,3 +276,35 @@ def test_the_active_pointer_of_a_shared_home_is_the_groups(tmp_path, shared_grou
     gid = int(subprocess.check_output(["getent", "group", shared_group]).split(b":")[2])
     assert path.stat().st_gid == gid and stat.S_IMODE(path.stat().st_mode) == 0o660
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o2770
+
+
+@needs_root
+def test_a_shared_home_left_member_private_is_healed_by_its_owner(tmp_path, shared_group) -> None:
+    """What kbsync before issue 37 left: ``run/`` 2700, the cache database 0640 (issue 37).
+    The owner's next open gives the group what the owner has; others get nothing."""
+    home = tmp_path / "home"
+    settings = Settings(home=home, qdrant_url=None, shared_group=shared_group)
+    open_store(settings).close()
+    run, cache = home / "run", home / "cache"
+    run.mkdir(mode=0o700)
+    run.chmod(0o2700)
+    cache.mkdir(mode=0o2770)
+    (cache / "cache.db").write_bytes(b"")
+    (cache / "cache.db").chmod(0o640)
+    kbhome.reset()
+    open_store(settings).close()
+    assert stat.S_IMODE(run.stat().st_mode) == 0o2770
+    assert stat.S_IMODE((cache / "cache.db").stat().st_mode) == 0o660
+
+
+@needs_root
+def test_the_cache_database_of_a_shared_home_is_the_groups(tmp_path, shared_group) -> None:
+    from kbsync.embed import build_embedding_service
+
+    home = tmp_path / "home"
+    build_embedding_service(Settings(home=home, qdrant_url=None, shared_group=shared_group,
+                                     embed_provider="hash"))
+    database = home / "cache" / "cache.db"
+    assert stat.S_IMODE(database.stat().st_mode) == 0o660
+    assert database.stat().st_gid == int(
+        subprocess.check_output(["getent", "group", shared_group]).split(b":")[2])

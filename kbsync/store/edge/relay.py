@@ -40,7 +40,8 @@ from typing import Any, Callable
 from kbsync.errors import KbsyncError, StoreError, StoreFailure, StoreUnavailable
 from kbsync.models import SparseVec
 from kbsync.store.base import Condition, Filter, Match, Point, Range, ScoredPoint
-from kbsync.store.edge.relay_socket import SOCKET_NAME, prepare_folder, socket_path  # noqa: F401
+from kbsync.store.edge.relay_socket import (SOCKET_NAME, prepare_folder, socket_mode,  # noqa: F401
+                                           socket_path)
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,8 @@ class RelayServer:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(str(path))
-            os.chmod(path, 0o600)  # the folder is 0700 already: no window for other users
+            # The folder is 0700 (2770 the group's) already: no window for other users.
+            os.chmod(path, socket_mode(path.parent))
             listener.listen(_MAX_CLIENTS)
             server = cls(store, path, listener)
         except OSError as exc:

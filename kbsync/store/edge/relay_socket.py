@@ -14,6 +14,12 @@ Either refusal is a one-line :class:`~kbsync.errors.RelayUntrusted` naming the
 path. On a platform without ``SO_PEERCRED`` the folder check stands alone:
 only this user (or root) can put a socket in a 0700 folder of this user's.
 
+In a home shared with a group (``KBSYNC_SHARED_GROUP``, issue 37) its members trust each
+other already (each can write the store), so ``<home>/run`` is the group's: 2770, any
+member's, the socket 0660, and a peer of another uid is accepted when that user is a
+member of the group. Others are still refused. The fallback folders below stay private to
+one user, so members reach another member's relay only on the home path.
+
 Where (:func:`socket_path`): ``<home>/run/store.sock``; when that is over the
 Unix socket path limit, ``$XDG_RUNTIME_DIR/kbsync/<hash>.sock`` (when the
 variable names a directory of this user's), else
@@ -24,15 +30,18 @@ same path from the same environment.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
+import pwd
 import socket
 import stat
 import struct
 import tempfile
 from pathlib import Path
 
-from kbsync.errors import RelayUntrusted, StoreError
+from kbsync.errors import HomeExposed, RelayUntrusted, StoreError
+from kbsync.home import PRIVATE, HomeAccess, current_access, make_dir
 
 SOCKET_NAME = "store.sock"
 MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes on Linux
@@ -82,19 +91,37 @@ def runtime_dir() -> Path | None:
 
 
 # --- the folder ----------------------------------------------------------------------------
+def folder_access(folder: Path) -> HomeAccess:
+    """Who may use ``folder``: the home's shared group for ``<home>/run`` in a shared home,
+    else this user only (the fallback folders are per user)."""
+    access = current_access()
+    return access if access.shared and folder.name == "run" else PRIVATE
+
+
+def socket_mode(folder: Path) -> int:
+    """The mode of a socket in ``folder``: 0600, or 0660 in a shared home's ``run``."""
+    return folder_access(folder).file_mode
+
+
 def prepare_folder(folder: Path) -> None:
-    """Server side: create ``folder`` 0700, or accept an existing one only if it is private.
+    """Server side: create ``folder`` 0700 (2770 the group's, in a shared home), or accept an
+    existing one only if it is private (or the group's).
 
     Raises:
-        RelayUntrusted: it exists and is not a private directory of this user's.
+        RelayUntrusted: it exists and is not a private directory of this user's (or the
+            shared group's).
         StoreError: it cannot be created or inspected.
     """
+    access = folder_access(folder)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700)
+        if access.shared:
+            make_dir(folder, access)
+        else:
+            folder.mkdir(mode=0o700)
     except FileExistsError:
         pass  # checked below like a new one: created by us, by an earlier run, or by someone else
-    except OSError as exc:
+    except (OSError, HomeExposed) as exc:
         raise StoreError(f"cannot create the relay folder {folder}: {exc}") from exc
     problem = folder_problem(folder)
     if problem is not None:
@@ -133,12 +160,36 @@ def folder_problem(folder: Path) -> str | None:
         raise StoreError(f"cannot inspect the relay folder {folder}: {exc}") from exc
     if not stat.S_ISDIR(info.st_mode):
         return "is not a directory (a link or a file)"
+    access = folder_access(folder)
+    if access.shared:
+        return _shared_folder_problem(info, access)
     if info.st_uid != os.getuid():
         return f"is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
         return f"has mode {mode:04o}: others can enter it (it must be 0700)"
     return None
+
+
+def _shared_folder_problem(info: os.stat_result, access: HomeAccess) -> str | None:
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_gid != access.gid:
+        return f"belongs to group gid {info.st_gid}, not to the shared group {access.group}"
+    if mode & 0o007:
+        return f"has mode {mode:04o}: others can enter it (it must be 2770)"
+    if info.st_uid != os.getuid() and not is_member(info.st_uid, access):
+        return f"is owned by uid {info.st_uid}, who is not a member of {access.group}"
+    return None
+
+
+def is_member(uid: int, access: HomeAccess) -> bool:
+    """Whether user ``uid`` belongs to ``access``'s group (primary or supplementary)."""
+    try:
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(access.gid) if access.gid is not None else None
+    except KeyError:
+        return False
+    return group is not None and (user.pw_gid == group.gr_gid or user.pw_name in group.gr_mem)
 
 
 # --- the peer ------------------------------------------------------------------------------
@@ -154,12 +205,14 @@ def peer_uid(sock: socket.socket) -> int | None:
 
 
 def check_peer(sock: socket.socket, path: Path) -> None:
-    """Refuse a relay served by a process of another uid (root's included).
+    """Refuse a relay served by a process of another uid (root's included), unless the
+    socket is in a shared home's ``run`` and that uid is a member of the group.
 
     Raises:
         RelayUntrusted: the peer's uid is not this process's.
     """
     uid = peer_uid(sock)
-    if uid is not None and uid != os.getuid():
+    access = folder_access(path.parent)
+    if uid is not None and uid != os.getuid() and not (access.shared and is_member(uid, access)):
         raise RelayUntrusted(f"refusing the relay socket {path}: it is served by uid {uid}, "
                              f"not by this user (uid {os.getuid()})")
