@@ -54,6 +54,7 @@ class ErrorCode(str, Enum):
     ConversionTimeout = "ConversionTimeout"
     MemoryLimitExceeded = "MemoryLimitExceeded"
     FileChangedDuringRead = "FileChangedDuringRead"
+    ConversionInterrupted = "ConversionInterrupted"
     PermissionDenied = "PermissionDenied"
     SecretDetected = "SecretDetected"
     # embedding
@@ -189,6 +190,13 @@ class MemoryLimitExceeded(ConversionError):
 
 class FileChangedDuringRead(TransientError):
     """The file's size or mtime changed while it was being read."""
+
+
+class ConversionInterrupted(TransientError):
+    """The conversion worker was stopped by a signal kbsync does not send (SIGTERM, SIGINT,
+    SIGHUP: the run being cancelled, a shutdown), not by the file: the file is not called
+    corrupt, and the next run converts it again. (kbsync's own kills, past the time limit,
+    are SIGKILL; a native crash is SIGSEGV/SIGBUS/SIGABRT, a ``CorruptDocument``.)"""
 
 
 class PermissionDenied(ConversionError):

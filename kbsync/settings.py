@@ -188,7 +188,8 @@ class Settings(BaseSettings):
         "many seconds with OrchestratorUnavailable; 0 = wait as long as Prefect retries.")
     query_timeout_s: float = Field(
         10.0, gt=0, le=MAX_TIMEOUT_S, description="Budget of one search query's embedding, all attempts "
-        "together (openai): an endpoint that does not answer within it is named in one line.")
+        "together (openai), and of a search's expansion chat calls (MQE, HyDE) together: an "
+        "endpoint that does not answer within it is named in one line.")
 
     @field_validator("home", mode="before")
     @classmethod

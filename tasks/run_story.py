@@ -71,7 +71,9 @@ def count_line(summary: dict) -> str:
         return f"dry run {ns} (nothing written): {said}, failed {summary['failed']}"
     said = ", ".join(f"{past} {v}" for past, v in
                      zip(("added", "updated", "unchanged", "deleted"), values))
-    return f"ingest {ns}: {said}, failed {summary['failed']}"
+    apart = (f", not attempted {summary['not_attempted']}" if summary.get("not_attempted")
+             else "")
+    return f"ingest {ns}: {said}, failed {summary['failed']}{apart}"
 
 
 def refusal_markdown(kind: str, message: str, namespace: str, dry_run: bool,

@@ -124,7 +124,10 @@ NOTES: dict[str, str] = {
     "orchestrator_timeout_s": "[Operations](../OPERATIONS.md#12-losing-the-prefect-api-mid-run).",
     "query_timeout_s": "Each request times out with what is left: an endpoint that does not "
                        "answer ends `search`/`ask` with one `EmbeddingTransientError` line naming "
-                       "the endpoint (exit 1), not 5 x `KBSYNC_EMBED_TIMEOUT_S`.",
+                       "the endpoint (exit 1), not 5 x `KBSYNC_EMBED_TIMEOUT_S`. A search's "
+                       "`--mqe`/`--hyde` chat calls share one such budget: a chat endpoint that "
+                       "does not answer within it costs it once, and the plain query is "
+                       "searched with one note.",
 }
 
 OTHER_NOTES: dict[str, str] = {

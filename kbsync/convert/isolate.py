@@ -11,7 +11,11 @@ worker is killed (or found dead) and replaced, and the file is reported with a t
   it still not get through, the exit status alone says so. A large but sound file (a 5 MB
   workbook can need over 2 GiB) is thus never called corrupt;
 * the worker died (a signal such as SIGSEGV, or the kernel's OOM killer) -> ``CorruptDocument``
-  ("converter crashed"): the file made a native library fail.
+  ("converter crashed"): the file made a native library fail;
+* the worker was stopped by SIGTERM, SIGINT or SIGHUP (:data:`STOP_SIGNALS`: a cancelled run's
+  process group, a shutdown; kbsync itself kills only with SIGKILL) ->
+  ``ConversionInterrupted``, a transient kind: a sound file is never blamed for a stop, and the
+  next run converts it again.
 
 Workers come from a ``forkserver`` that has already imported the converters (markitdown's
 import costs ~2 s), so a replacement starts in tens of milliseconds and the parent's
@@ -35,6 +39,7 @@ import logging
 import multiprocessing
 import queue
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -43,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from kbsync.convert import OcrConfig, convert
-from kbsync.errors import (ConversionError, ConversionTimeout, CorruptDocument, KbsyncError,
-                           MemoryLimitExceeded)
+from kbsync.errors import (ConversionError, ConversionInterrupted, ConversionTimeout,
+                           CorruptDocument, KbsyncError, MemoryLimitExceeded)
 from kbsync.models import Document, display_path
 
 logger = logging.getLogger(__name__)
@@ -55,11 +60,18 @@ _START_TIMEOUT_S = 120.0
 OOM_EXIT = 86
 """A worker's exit status after a MemoryError (a conversion over the memory limit)."""
 _RESERVE_BYTES = 4 * 2**20  # freed on MemoryError, so the worker can still report it
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals that stop a worker without saying anything about its file (kbsync sends none of
+them: its own kills are SIGKILL)."""
 
 
 def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., Document]) -> None:
     """Worker loop: receive (path, doc_id, max_bytes, ocr, within), answer ("ok", doc) or
     ("err", exc), after one ("ocr-page", seconds) per page OCR reads."""
+    # Ctrl-C stops the worker by the signal itself (no KeyboardInterrupt traceback, no
+    # exit status 1 that would read as the file's fault): the parent reports it as an
+    # interruption (STOP_SIGNALS).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     if memory_mb:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -217,6 +229,8 @@ class IsolatedConverter:
             MemoryLimitExceeded: the worker ran out of memory (the message names the
                 limit and ``KBSYNC_CONVERT_MEMORY_MB``).
             CorruptDocument: the worker crashed on this file.
+            ConversionInterrupted: the worker was stopped by a signal in
+                :data:`STOP_SIGNALS` (not the file's fault).
             Any error :func:`kbsync.convert.convert` raises, unchanged.
         """
         if self._closed:
@@ -246,6 +260,11 @@ class IsolatedConverter:
             self._replace(worker)
             if code == OOM_EXIT:
                 raise self._memory_error(name) from exc
+            if code is not None and code < 0 and -code in STOP_SIGNALS:
+                raise ConversionInterrupted(
+                    f"{name}: conversion interrupted ({_describe_exit(code)}: the run or the "
+                    "machine is stopping, not a fault of the file); the next run converts it "
+                    "again") from exc
             raise CorruptDocument(f"{name}: converter crashed ({_describe_exit(code)})") from exc
         if status == "oom":
             self._replace(worker)
@@ -331,8 +350,6 @@ def _describe_exit(code: int | None) -> str:
     if code is None:
         return "worker stopped answering"
     if code < 0:
-        import signal
-
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:

@@ -14,8 +14,12 @@ Bounds (an outage must not turn into a request storm):
   bisection stops there;
 * both halves failing with another transient status (a 500: the endpoint
   answered) may be input-dependent, with bad inputs in both halves: they are
-  split further, and only when single inputs fail too while nothing of the
-  batch was embedded is the endpoint taken for down (the rest falls back whole);
+  split further, down to single inputs, whatever failed before. Failing single
+  inputs alone prove nothing (a batch of three may hold two poisoned texts and
+  one good one, issue 37): only a request that succeeds tells bad inputs from a
+  broken endpoint, so an endpoint that answers 500 to everything is bisected
+  until the budget is spent (what is left then falls back whole, and the run's
+  summary sees the outage: every document failed to embed);
 * both halves rejected before the endpoint ever accepted a request looks like
   a configuration error (a bad ``dimensions`` or model parameter): the
   rejection is raised, as an unbisected batch's would be;
@@ -95,7 +99,8 @@ def bisect_batch(
             continue
         if out.requests + 2 > budget:
             out.fallback.extend(range(start, end))
-            out.stopped = out.stopped or f"request budget of {budget} spent"
+            out.stopped = out.stopped or (f"request budget of {budget} spent" + (
+                "" if out.vectors else ", none embedded (the endpoint looks down)"))
             continue
         mid = (start + end) // 2
         failed: list[tuple[int, int, Exception]] = []
@@ -108,18 +113,15 @@ def bisect_batch(
                 continue
             out.vectors.update(zip(range(a, b), result.vectors))
             out.truncated += result.truncated
-        if len(failed) == 2 and all(isinstance(e, EmbeddingTransientError) for *_, e in failed):
-            down = any(_looks_down(e) for *_, e in failed)
-            if down or (not out.vectors and mid - start == 1):
-                # Down, or answered but failing even single inputs with nothing embedded:
-                # stop here, every range still pending falls back whole.
-                for a, b in [(start, end), *pending]:
-                    out.fallback.extend(range(a, b))
-                pending.clear()
-                out.stopped = ("both halves failed transiently (the endpoint looks down)" if down
-                               else "single inputs failed too and none was embedded "
-                                    "(the endpoint looks down)")
-                continue
+        transient = [e for *_, e in failed if isinstance(e, EmbeddingTransientError)]
+        if len(transient) == 2 and any(_looks_down(e) for e in transient):
+            # Down (no answer, or "unavailable"): stop here, every range still pending
+            # falls back whole. An answered 500 in both halves splits on (module doc).
+            for a, b in [(start, end), *pending]:
+                out.fallback.extend(range(a, b))
+            pending.clear()
+            out.stopped = "both halves failed transiently (the endpoint looks down)"
+            continue
         if len(failed) == 2 and not accepted() and all(isinstance(e, InputRejected) for *_, e in failed):
             raise failed[0][2]
         pending.extend((a, b) for a, b, _ in reversed(failed))

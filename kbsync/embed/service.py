@@ -14,8 +14,9 @@ behaviour:
   a 400/422) is bisected (:mod:`kbsync.embed.bisect`) down to the inputs that
   fail; only those get zero vectors and ``failed`` flags (never cached), so the
   caller stores them flagged and re-embeds them next run. Bisection is bounded
-  (it stops when both halves fail as an outage does, when single inputs fail too
-  and nothing was embedded, and at a request budget) and
+  (it stops when both halves fail as an outage does, and at a request budget;
+  answered 500s in both halves split on, since only a success tells a poisoned
+  input from a broken endpoint) and
   skipped while the endpoint looks down (fail-fast, below);
 * a permanent error (401, 404, malformed reply) raises at once: retrying or
   storing fallbacks would hide a configuration mistake;

@@ -13,7 +13,9 @@ through here, with an executor that decides where each step runs
 - a dry run plans and checks but writes nothing, not even a missing collection;
 - when documents needed embedding and every one failed, the run raises
   :class:`~kbsync.errors.EmbeddingOutage` (the endpoint looks down);
-- whatever ends the run, the counts reached ride on the exception.
+- whatever ends the run, the counts reached ride on the exception: a root's too (a
+  refusal in its last slice's plan after earlier slices were written), and the planned
+  files the run never began count apart from the failed ones (``not_attempted``).
 
 The runner hands every step's result to one :class:`~kbsync.ingest.summary.Tally`,
 which alone writes the summary (:mod:`kbsync.ingest.summary`).
@@ -135,24 +137,31 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
     (``kbsync.catalog.checks.check_root``), counted in ``repaired``.
     """
     tally = _new_tally(request, executor)
-    # "plan" counts the waits for plans (an executor that runs a step at once, as the plain
-    # runner's does, plans inside the submit).
-    with tally.timed("plan"):
-        planned = _submit_plan(spec, request, executor, cursor=None)
-    done = 0  # batches of the root's earlier slices
-    while True:
+    with tally.kept():  # the root's counts reached ride on any exception (the run adds them)
+        # "plan" counts the waits for plans (an executor that runs a step at once, as the
+        # plain runner's does, plans inside the submit).
         with tally.timed("plan"):
-            [rp] = executor.gather([planned])
-        tally.planned(rp)  # in a dry run, all it reports
-        log.info("root %s: %s, %d to delete%s", spec.name, rp.plan.counts(), len(rp.to_delete),
-                 "; more to plan" if rp.cursor is not None else "")
-        with tally.timed("plan"):
-            this, planned = planned, (None if rp.cursor is None else
-                                      _submit_plan(spec, request, executor, cursor=rp.cursor))
-        if not request.dry_run:
-            done = _process_slice(spec, rp, request, executor, tally, this, done)
-        if planned is None:
-            return tally.summary
+            planned = _submit_plan(spec, request, executor, cursor=None)
+        done = 0  # batches of the root's earlier slices
+        while True:
+            with tally.timed("plan"):
+                [rp] = executor.gather([planned])
+            tally.planned(rp)  # in a dry run, all it reports
+            log.info("root %s: %s, %d to delete%s", spec.name, rp.plan.counts(),
+                     len(rp.to_delete), "; more to plan" if rp.cursor is not None else "")
+            try:
+                with tally.timed("plan"):
+                    this, planned = planned, (None if rp.cursor is None else _submit_plan(
+                        spec, request, executor, cursor=rp.cursor))
+            except BaseException as exc:  # the next slice's plan refused, this one not begun
+                if not request.dry_run:
+                    tally.stopped(exc, at_work=(), not_begun=[*rp.to_process(),
+                                                              *rp.plan.of(PlanAction.HEAL)])
+                raise
+            if not request.dry_run:
+                done = _process_slice(spec, rp, request, executor, tally, this, done)
+            if planned is None:
+                return tally.summary
 
 
 def _submit_plan(spec: RootSpec, request: IngestRequest, executor: Executor, *, cursor) -> Any:
@@ -164,52 +173,99 @@ def _submit_plan(spec: RootSpec, request: IngestRequest, executor: Executor, *, 
 
 def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executor: Executor,
                    tally: Tally, planned: Any, done: int) -> int:
-    """A slice's batches, its heal and its finish; returns the root's batches done."""
+    """A slice's batches, its heal and its finish; returns the root's batches done.
+
+    Planned work not yet reported, by batch number (the heal last): when the run stops, the
+    batch at work counts as failed and the rest as not attempted (:meth:`Tally.stopped`),
+    so the counts add up on that exit too, beside the batches done.
+    """
     healing = rp.plan.of(PlanAction.HEAL)
-    # Planned work not yet reported, by batch (the heal last): a failure counts it as failed,
-    # so the counts add up on that exit too, and still reports the batches done.
-    unreported = [*iter_batches(rp.to_process(), executor.config.files_per_batch), healing]
-    with tally.kept(unreported=unreported):
-        for results in run_batches(spec.name, rp, request, executor, after=[planned],
-                                   before=done):
+    batches = list(iter_batches(rp.to_process(), executor.config.files_per_batch))
+    work = _Unreported(dict(enumerate([*batches, healing])))
+    try:
+        for number, results in run_batches(spec.name, rp, request, executor, after=[planned],
+                                           before=done, work=work):
             tally.add(*results)
-            unreported.pop(0)
+            work.reported(number)
             done += 1
         with tally.timed("finish"):
             if healing:
+                work.at_work = len(batches)
                 tally.add(executor.call(steps.heal, CONTEXT, healing, request.namespace,
                                         request.run_id, label=f"heal {spec.name}"))
-            unreported.pop(0)
+            work.reported(len(batches))
             deleted = executor.call(steps.finish_root, CONTEXT, rp, request.namespace,
                                     label=f"finish-root {spec.name}")
-        tally.finished(rp, deleted)
+    except BaseException as exc:
+        tally.stopped(exc, at_work=work.items(at_work=True), not_begun=work.items(at_work=False))
+        raise
+    tally.finished(rp, deleted)
     return done
 
 
+@dataclass
+class _Unreported:
+    """A slice's planned items whose results were not handed to the tally yet, by batch
+    number (0-based, in the slice; the heal last), and the batch at work: the one whose
+    submit or gather runs (its items count as failed when the run stops, the rest as not
+    attempted)."""
+
+    batches: dict[int, list[PlanItem]]
+    at_work: int | None = None
+
+    def reported(self, number: int) -> None:
+        self.batches.pop(number, None)
+        if self.at_work == number:
+            self.at_work = None
+
+    def items(self, *, at_work: bool) -> list[PlanItem]:
+        return [i for n, b in self.batches.items() if (n == self.at_work) is at_work for i in b]
+
+
 def run_batches(root: str, rp: RootPlan, request: IngestRequest, executor: Executor, *,
-                after: Sequence[Any] = (), before: int = 0) -> Iterator[list[StageResult]]:
-    """Each batch's stage results, in batch order, with a bounded window in flight.
+                after: Sequence[Any] = (), before: int = 0,
+                work: _Unreported | None = None) -> Iterator[tuple[int, list[StageResult]]]:
+    """Each batch's number (0-based, in the slice) and stage results, in batch order, with a
+    bounded window in flight.
 
     The window (``config.batches_in_flight``) means a run-level error (DiskFull, a
     lost store) stops the run after the batches already started, not after all.
     ``before``: the root's batches in its earlier slices (batches are numbered through
     the root; the total known is the batches planned so far, exact in its last slice).
+    ``work.at_work`` is kept on the batch whose submit or gather runs. A submit that
+    raises an ``Exception`` first hands over the batches already pending: an executor
+    that runs a step at submit (the plain loop's) has written them.
     """
     config = executor.config
     batches = list(iter_batches(rp.to_process(), config.files_per_batch))
     if not batches:
         return
+    work = work if work is not None else _Unreported({})
     total = before + len(batches)
     more = "+" if rp.cursor is not None else ""
     progress = executor.progress(root, total)
-    pending: deque = deque()
+    pending: deque[tuple[int, Any]] = deque()
     for number, items in enumerate(batches, 1):
-        pending.append(executor.submit(
-            steps.batch, CONTEXT, executor.chunk_config, items, request.namespace,
-            request.run_id, label=f"batch {root} {before + number}/{total}{more}", after=after))
+        work.at_work = number - 1
+        try:
+            handle = executor.submit(
+                steps.batch, CONTEXT, executor.chunk_config, items, request.namespace,
+                request.run_id, label=f"batch {root} {before + number}/{total}{more}",
+                after=after)
+        except Exception:
+            failing = work.at_work
+            for index, earlier in pending:  # gathered before the error is raised on
+                work.at_work = index
+                [results] = executor.gather([earlier])
+                yield index, results
+            work.at_work = failing
+            raise
+        pending.append((number - 1, handle))
         while pending and (len(pending) > config.batches_in_flight or number == len(batches)):
-            [results] = executor.gather([pending.popleft()])
-            yield results
+            index, handle = pending.popleft()
+            work.at_work = index
+            [results] = executor.gather([handle])
+            yield index, results
             done = before + number - len(pending)
             progress(done)
             log.info("root %s: batch %d/%d%s done", root, done, total, more)

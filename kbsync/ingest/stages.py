@@ -298,10 +298,14 @@ def _assign(result: StageResult, works: Sequence[DocWork], outcome, contextual: 
         start = end
         if all(failed):
             result.counters[Count.EMBEDDINGS_FAILED] += len(failed)
+            # Others of the same call embedded: the endpoint failed on these texts alone.
+            why = ("the endpoint failed on these texts while it embedded others of the batch "
+                   "(an input it cannot take)" if outcome.computed
+                   else "after retries")
             result.failures.append(Failure(
                 work.source.doc_id, work.source.display, ErrorCode.EmbeddingFailed,
-                f"{work.source.doc_id}: embedding failed for all {len(failed)} chunks after "
-                "retries; previous version kept"))
+                f"{work.source.doc_id}: embedding failed for all {len(failed)} chunks {why}; "
+                "previous version kept"))
             continue
         result.counters[Count.EMBEDDINGS_FAILED] += sum(failed)
         work.prepared = PreparedDoc(source=work.source, chunks=work.chunks, vectors=vectors,

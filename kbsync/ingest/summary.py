@@ -4,8 +4,10 @@ step's results to, and the counts a failed run carries on its exception.
 
 Invariants:
 
-- ``added + updated + unchanged + failed == files_seen``, on every exit of a run (a
-  document planned but never reported counts as failed, :func:`account_unfinished`);
+- ``added + updated + unchanged + failed + not_attempted == files_seen``, on every exit of a
+  run: a document planned but never reported counts as failed when the run stopped in its
+  batch (:func:`account_unfinished`), and apart, as ``not_attempted``, when the run stopped
+  before its batch began (:func:`account_not_attempted`);
 - every :class:`Count` is a numeric field of :class:`IngestSummary`
   (``tests/ingest/test_counters.py``), and a stage counter that is not one is refused,
   so no count is dropped without a word;
@@ -69,7 +71,7 @@ class StageCounts(Protocol):
 class IngestSummary:
     """The JSON contract of ``kbsync ingest --json`` (fields are stable).
 
-    Invariant: ``added + updated + unchanged + failed == files_seen``.
+    Invariant: ``added + updated + unchanged + failed + not_attempted == files_seen``.
     """
 
     run_id: str
@@ -107,6 +109,9 @@ class IngestSummary:
     # ``ignored`` by kind: extension (lowercase), or "(no extension)" for an extensionless
     # file not read as text (kbsync.convert.ignored_kind)
     ignored_by_kind: dict[str, int] = field(default_factory=dict)
+    # planned, never begun: the run stopped (a refusal, DiskFull, a signal) before their
+    # batch; not failures of theirs, and the next run takes them up (issue 37)
+    not_attempted: int = 0
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -212,22 +217,39 @@ def _add_failures(summary: IngestSummary, failures: Sequence[Failure]) -> None:
     summary.failed += len(failures)
 
 
-def account_unfinished(summary: IngestSummary, items: Sequence, exc: BaseException) -> None:
-    """Count ``items`` (planned for processing, never reported: the run stopped first, e.g.
-    a wrong dimension, a lost store, SIGTERM) as failed, each with one failure naming why,
-    so the class invariant holds on that exit too. Their stored versions stay as they were
-    (a batch in flight may have been written already); the next run takes them up again."""
+def _stop_of(exc: BaseException) -> tuple[ErrorCode, str]:
+    """The code and the one-line text of what stopped a run."""
     if isinstance(exc, KbsyncError):
         kind = exc.kind
     else:
         # Not an Exception: Ctrl-C, SystemExit, or an orchestrator's signal (Prefect's
         # TerminationSignal on SIGTERM): the run was stopped, nothing is broken.
         kind = ErrorCode.InternalError if isinstance(exc, Exception) else ErrorCode.Interrupted
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    return kind, " ".join(str(exc).split()) or type(exc).__name__
+
+
+def account_unfinished(summary: IngestSummary, items: Sequence, exc: BaseException) -> None:
+    """Count ``items`` (the batch at work when the run stopped, never reported: a wrong
+    dimension, a lost store, SIGTERM) as failed, each with one failure naming why, so the
+    class invariant holds on that exit too. Their stored versions stay as they were (the
+    batch may have been written in part); the next run takes them up again."""
+    kind, text = _stop_of(exc)
     message = f"not processed: the run stopped first ({kind}: {text})"[:500]
     _add_failures(summary, [Failure(doc_id=item.doc_id,
                                     path=item.file.display if item.file else item.doc_id,
                                     error=kind, message=message) for item in items])
+
+
+def account_not_attempted(summary: IngestSummary, items: Sequence, exc: BaseException) -> None:
+    """Count ``items`` (planned, never begun: the run stopped before their batch) in
+    ``not_attempted``, apart from ``failed`` (nothing of theirs failed), with one warning
+    naming why; the next run takes them up."""
+    if not items:
+        return
+    kind, text = _stop_of(exc)
+    summary.not_attempted += len(items)
+    summary.warnings.append(f"{len(items)} planned file(s) not attempted: the run stopped "
+                            f"before their batch ({kind}: {text})"[:500])
 
 
 def account_repaired(summary: IngestSummary, rp: RootPlan) -> None:
@@ -250,23 +272,25 @@ class Tally:
         self.summary = summary
 
     @contextmanager
-    def kept(self, *, started: float | None = None,
-             unreported: list[list[PlanItem]] | None = None) -> Iterator[None]:
+    def kept(self, *, started: float | None = None) -> Iterator[None]:
         """Any exception leaving the block carries the counts reached (:func:`attach`).
+
+        One per summary (a run's, a root's): an inner block of the same summary would add
+        its counts twice.
 
         Args:
             started: ``time.perf_counter()`` at the run's start, to fill ``duration_s``.
-            unreported: the items planned for processing, by batch, whose results were not
-                handed over yet (the caller drops a batch once it is): on an exception
-                they count as failed first (:func:`account_unfinished`).
         """
         with keep_counts(self.summary, started=started):
-            try:
-                yield
-            except BaseException as exc:
-                if unreported is not None:
-                    account_unfinished(self.summary, [i for b in unreported for i in b], exc)
-                raise
+            yield
+
+    def stopped(self, exc: BaseException, *, at_work: Sequence[PlanItem],
+                not_begun: Sequence[PlanItem]) -> None:
+        """The run stops on ``exc`` with planned items never reported: those of the batch at
+        work count as failed (:func:`account_unfinished`), the rest as not attempted
+        (:func:`account_not_attempted`)."""
+        account_unfinished(self.summary, at_work, exc)
+        account_not_attempted(self.summary, not_begun, exc)
 
     @contextmanager
     def timed(self, stage: str) -> Iterator[None]:

@@ -20,8 +20,10 @@ search without expansion never pays for it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, overload
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol, overload
 
 from kbsync.errors import LLMError, LLMNotConfigured, LLMPermanentError, LLMTransientError
 from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries
@@ -83,7 +85,8 @@ class ChatClient:
 
     Invariants: a reply is a non-empty string or an exception, never ``""``;
     at most ``max_attempts`` requests per call; only transient errors are
-    retried. Safe to share between threads (the openai client is).
+    retried. Safe to share between threads (the openai client is). Inside
+    :meth:`within` (a search's expansions) a call ends by the block's deadline.
 
     Args:
         model: model id sent to the endpoint.
@@ -111,8 +114,10 @@ class ChatClient:
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self.endpoint = redact_url(self.base_url) + "/chat/completions"
         self.max_attempts = max_attempts
+        self.timeout_s = timeout_s
         self._secret = api_key or ""
         self._sleep = sleep
+        self._local = threading.local()  # an interactive budget (within), per thread
         # A placeholder key keeps OPENAI_API_KEY from the environment out of it.
         self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "unused",
                                      timeout=timeout_s, max_retries=0)
@@ -144,16 +149,52 @@ class ChatClient:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": system}, {"role": "user", "content": user}]
+        budget = getattr(self._local, "budget", None)
+        if budget is not None:
+            from kbsync.embed.query_budget import attempts_within
+
+            deadline, budget_s = budget
+            return attempts_within(
+                lambda: self._once(messages, max_tokens, temperature), budget_s=budget_s,
+                deadline=deadline, attempts=self.max_attempts, wait=_WAIT, sleep=self._sleep,
+                timeout=self._request_timeout, where=self._where(), retry_on=LLMTransientError)
         return call_with_retries(
             lambda: self._once(messages, max_tokens, temperature), retry_on=LLMTransientError,
             attempts=self.max_attempts, wait=_WAIT, sleep=self._sleep, on_retry=self._log_retry)
 
+    @contextmanager
+    def within(self, deadline: float, budget_s: float) -> Iterator[None]:
+        """Calls of this thread inside the block end by ``deadline`` (``time.monotonic()``):
+        each request times out with what is left (at most ``timeout_s``), no retry starts
+        past it, and a spent budget is one :class:`~kbsync.errors.LLMTransientError`
+        naming the endpoint, ``budget_s`` and ``KBSYNC_QUERY_TIMEOUT_S``
+        (:func:`kbsync.embed.query_budget.attempts_within`)."""
+        previous = getattr(self._local, "budget", None)
+        self._local.budget = (deadline, budget_s)
+        try:
+            yield
+        finally:
+            self._local.budget = previous
+
     # -- internals ----------------------------------------------------------------------------
+    @contextmanager
+    def _request_timeout(self, seconds: float) -> Iterator[None]:
+        """Requests of this thread inside the block time out after ``seconds`` (what is
+        left of the budget) when that is shorter than ``timeout_s``."""
+        previous = getattr(self._local, "timeout_s", None)
+        self._local.timeout_s = max(0.001, min(seconds, self.timeout_s))
+        try:
+            yield
+        finally:
+            self._local.timeout_s = previous
+
     def _once(self, messages: list[ChatCompletionMessageParam], max_tokens: int, temperature: float) -> str:
         import openai
 
+        timeout_s = getattr(self._local, "timeout_s", None)
+        client = self._client if timeout_s is None else self._client.with_options(timeout=timeout_s)
         try:
-            response = self._client.chat.completions.create(
+            response = client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=max_tokens,
                 temperature=temperature)
         except openai.APIStatusError as exc:

@@ -11,7 +11,10 @@ Plain core code: it never starts a Prefect server.
   :mod:`kbsync.query.expand`. Every query text is searched with ``k * 4``
   candidates and hits are merged by best score per point id. When the model
   is missing or fails, search goes on with what it has (at least the plain
-  query), logs a warning and says so in ``notes``.
+  query), logs a warning and says so in ``notes``. The chat calls share the
+  query budget (the service's ``query_budget_s``, ``KBSYNC_QUERY_TIMEOUT_S``):
+  a chat endpoint that does not answer within it costs that budget, once, and
+  one note (the expansions left are skipped with it).
 - **Counts**: ``raw_count`` sums the candidates the store returned over all
   searches (``k * 4`` each when the namespace holds enough chunks);
   ``kept_count`` is what is left after merging, the score threshold and
@@ -31,6 +34,7 @@ one :class:`~kbsync.query.request.SearchRequest`, or its keyword form.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sys
@@ -122,7 +126,8 @@ def search(
         service: the embedding service the collection was built with.
         collection: chunk collection name.
         llm: the chat model for ``mqe``/``hyde``; ``None`` = not configured
-            (the plain query is searched and a note says so).
+            (the plain query is searched and a note says so). Its calls together end
+            within ``service.query_budget_s`` when the service has one (module doc).
 
     Raises:
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
@@ -139,8 +144,9 @@ def search(
     # Vectors of another model are not comparable, even with the same dimension.
     sparse = check_query_embedder(store, service, collection=collection)
     notes: list[str] = []
-    probes = [_Probe(request.query)] + _expansions(request.query, mqe=request.mqe,
-                                                   hyde=request.hyde, llm=llm, notes=notes)
+    probes = [_Probe(request.query)] + _expansions(
+        request.query, mqe=request.mqe, hyde=request.hyde, llm=llm, notes=notes,
+        budget_s=getattr(service, "query_budget_s", None))
     flt = namespace_filter(request.namespace)
     stale = stale_note(store, collection, flt, filters)
     if stale:
@@ -169,36 +175,58 @@ def search(
                         filters=filters.to_dict())
 
 
-def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str]) -> list[_Probe]:
-    """The extra texts to search; every failure becomes a note and a warning."""
+def _expansions(query: str, *, mqe: int, hyde: bool, llm, notes: list[str],
+                budget_s: float | None = None) -> list[_Probe]:
+    """The extra texts to search; every failure becomes a note and a warning. With
+    ``budget_s`` the chat calls together end within it (:meth:`ChatClient.within
+    <kbsync.query.llm.ChatClient.within>`; a stand-in model without ``within`` is
+    called as is); once it is spent, what is left is skipped in the same note."""
     if not (mqe or hyde):
         return []
     if llm is None:
         _note(notes, "query expansion (mqe/hyde) skipped: no chat model configured "
                      "(set KBSYNC_LLM_MODEL); searched the plain query only")
         return []
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    asked = [name for name, wanted in (("mqe", mqe), ("hyde", hyde)) if wanted]
     probes: list[_Probe] = []
-    if mqe:
+    for i, name in enumerate(asked):
         try:
-            texts = expand.rephrasings(llm, query, mqe)
+            with _within(llm, deadline, budget_s):
+                probes += _expand(name, query, mqe, llm, notes)
         except KbsyncError as exc:
-            _note(notes, f"mqe skipped: the chat model failed ({exc.kind}: {exc})")
-        else:
-            if len(texts) < mqe:
-                _note(notes, f"mqe: the chat model gave {len(texts)} usable rephrasings "
-                             f"of {mqe} asked")
-            probes += [_Probe(t) for t in texts]
-    if hyde:
-        try:
-            passage = expand.hypothetical_passage(llm, query)
-        except KbsyncError as exc:
-            _note(notes, f"hyde skipped: the chat model failed ({exc.kind}: {exc})")
-        else:
-            if passage:
-                probes.append(_Probe(passage, passage=True))
-            else:
-                _note(notes, "hyde skipped: the chat model wrote an empty passage")
+            if deadline is not None and time.monotonic() >= deadline:
+                skipped = " and ".join(asked[i:])
+                _note(notes, f"{skipped} skipped: the chat model failed ({exc.kind}: {exc})")
+                break
+            _note(notes, f"{name} skipped: the chat model failed ({exc.kind}: {exc})")
     return probes
+
+
+def _within(llm, deadline: float | None, budget_s: float | None):
+    """The chat model's budget context (``contextlib.nullcontext`` without one)."""
+    within = getattr(llm, "within", None)
+    if deadline is None or budget_s is None or not callable(within):
+        return contextlib.nullcontext()
+    return within(deadline, budget_s)
+
+
+def _expand(name: str, query: str, mqe: int, llm, notes: list[str]) -> list[_Probe]:
+    """The probes of one expansion (``mqe`` or ``hyde``); a short answer adds a note.
+
+    Raises:
+        KbsyncError: the chat model failed (an ``LLMError`` kind).
+    """
+    if name == "mqe":
+        texts = expand.rephrasings(llm, query, mqe)
+        if len(texts) < mqe:
+            _note(notes, f"mqe: the chat model gave {len(texts)} usable rephrasings of {mqe} asked")
+        return [_Probe(t) for t in texts]
+    passage = expand.hypothetical_passage(llm, query)
+    if not passage:
+        _note(notes, "hyde skipped: the chat model wrote an empty passage")
+        return []
+    return [_Probe(passage, passage=True)]
 
 
 def _search_one(probe: _Probe, *, store: VectorStore, service: Embedder, collection: str,

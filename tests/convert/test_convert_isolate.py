@@ -11,7 +11,8 @@ import pytest
 
 from kbsync.convert import convert
 from kbsync.convert.isolate import IsolatedConverter
-from kbsync.errors import ConversionError, ConversionTimeout, CorruptDocument
+from kbsync.errors import (ConversionError, ConversionInterrupted, ConversionTimeout,
+                           CorruptDocument, TransientError)
 from kbsync.models import Document
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
@@ -23,6 +24,9 @@ def misbehaving_convert(path: Path, *, doc_id: str, max_bytes: int) -> Document:
         time.sleep(600)
     if path.name == "crash.txt":
         os.kill(os.getpid(), signal.SIGSEGV)
+    if path.name.startswith("stop-"):  # stop-SIGTERM.txt: a stop signal, as a cancelled run's
+        os.kill(os.getpid(), signal.Signals[path.stem.removeprefix("stop-")])
+        time.sleep(5)  # the signal lands first
     if path.name == "balloon.txt":
         hog = bytearray(3 * 2**30)  # over the 1.5 GiB address-space limit below
         del hog
@@ -59,6 +63,18 @@ def test_crash_is_reported_and_the_worker_replaced(pool: IsolatedConverter, writ
     with pytest.raises(CorruptDocument, match="SIGSEGV"):
         pool.convert(write("crash.txt", "x"), doc_id="t")
     assert pool.convert(write("ok.txt", "after crash"), doc_id="t").markdown == "after crash"
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_is_an_interruption_not_a_corrupt_file(pool: IsolatedConverter, write,
+                                                             stop: str) -> None:
+    # Issue 37: a cancelled run's SIGTERM to the process group killed the worker, and the
+    # sound file it was converting was reported "CorruptDocument: converter crashed".
+    with pytest.raises(ConversionInterrupted, match=f"interrupted \\(killed by {stop}") as info:
+        pool.convert(write(f"stop-{stop}.txt", "a sound file"), doc_id="t")
+    assert isinstance(info.value, TransientError) and not isinstance(info.value, CorruptDocument)
+    assert "next run converts it again" in str(info.value)
+    assert pool.convert(write("ok.txt", "after a stop"), doc_id="t").markdown == "after a stop"
 
 
 def test_memory_limit(pool: IsolatedConverter, write) -> None:

@@ -121,7 +121,8 @@ def test_a_signal_mid_run_prints_the_error_object_and_stops_what_it_started(tmp_
     result = json.loads(out)
     assert result["error"] == {"kind": "Interrupted", "message": f"terminated by {name}"}
     assert result["added"] + result["updated"] + result["unchanged"] + result["failed"] \
-        == result["files_seen"], {k: result[k] for k in ("files_seen", "added", "failed")}
+        + result["not_attempted"] == result["files_seen"], \
+        {k: result[k] for k in ("files_seen", "added", "failed", "not_attempted")}
     # files the signal kept from being read were interrupted, not broken
     unfinished = [f for f in result["failures"] if f["message"].startswith("not processed")]
     assert all(f["error"] == "Interrupted" for f in unfinished), unfinished[:3]

@@ -1,9 +1,12 @@
 """A run stopped mid-way still reports counts that add up (issue 22).
 
-Invariant of the JSON summary: ``added + updated + unchanged + failed == files_seen``.
+Invariant of the JSON summary:
+``added + updated + unchanged + failed + not_attempted == files_seen``.
 Before, the wrong-dimension exit reported 150 of 160 files: the batches in flight when
-the endpoint changed its dimension were counted nowhere. Now every file the run planned
-but never reported is ``failed``, with a failure naming why the run stopped.
+the endpoint changed its dimension were counted nowhere. Now the files of the batch the run
+stopped in are ``failed``, with a failure naming why the run stopped, the batches written
+before it are counted as written, and the files of the batches never begun are counted
+apart, in ``not_attempted`` (issue 37: they were ``failed`` too).
 
 The real ``openai`` client talks to tests/fake_openai.py, which answers one request with
 vectors of another dimension.
@@ -27,8 +30,8 @@ FILES = 160
 
 
 def _adds_up(counts: dict) -> bool:
-    return counts["added"] + counts["updated"] + counts["unchanged"] + counts["failed"] == \
-        counts["files_seen"]
+    return counts["added"] + counts["updated"] + counts["unchanged"] + counts["failed"] + \
+        counts["not_attempted"] == counts["files_seen"]
 
 
 @pytest.fixture
@@ -73,11 +76,15 @@ def test_the_wrong_dimension_exit_counts_every_file(tmp_path, runtime):
 
     counts = counts_of(caught.value)
     assert counts["files_seen"] == FILES and _adds_up(counts), counts
-    assert 0 < counts["added"] < FILES
-    assert counts["failed"] == len(counts["failures"]) == FILES - counts["added"]
+    # Batches 1-8 written (the plain loop ran them all before batch 9's error), batch 9
+    # failed, batches 10-16 never begun.
+    assert (counts["added"], counts["failed"], counts["not_attempted"]) == (80, 10, 70), counts
+    assert len(counts["failures"]) == 10
     assert {f["error"] for f in counts["failures"]} == {"EmbeddingPermanentError"}
     assert all(f["message"].startswith("not processed: the run stopped first")
                for f in counts["failures"])
+    assert any(w.startswith("70 planned file(s) not attempted: the run stopped before their "
+                            "batch (EmbeddingPermanentError: ") for w in counts["warnings"])
 
 
 def test_the_counts_add_up_with_unchanged_files_too(tmp_path, runtime):
