@@ -70,6 +70,7 @@ class ErrorCode(str, Enum):
     InvalidVector = "InvalidVector"
     StoreDrift = "StoreDrift"
     RelayUntrusted = "RelayUntrusted"
+    StoreReadOnly = "StoreReadOnly"
     DiskFull = "DiskFull"
     HomeExposed = "HomeExposed"
     # ingest
@@ -249,6 +250,12 @@ class RelayUntrusted(StoreError):
     """The relay socket's folder, or the process serving it, is not this user's own
     (another user's folder, a folder others can enter, a peer of another uid): its
     answers are refused, so no reader takes another user's store for its own."""
+
+
+class StoreReadOnly(StoreError):
+    """The embedded store's folder cannot be written (a read-only mount, or no write
+    permission): qdrant-edge maps its files read-write even to search, so it is not
+    opened there, for reading or writing."""
 
 
 class InvalidVector(PermanentError):
