@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kbsync.app.locks import write_locks
 from kbsync.errors import UsageError
 from kbsync.catalog.lock import DistributedLock, WriteLocks
-from kbsync.models import DocStatus, PlanAction, SourceFile
+from kbsync.models import DocStatus, PlanAction, SourceFile, control_character
 from kbsync.query.request import SearchRequest, as_request
 from kbsync.settings import Settings, load_settings
 from kbsync.store.base import Filter
@@ -160,9 +160,10 @@ class KnowledgeBase:
         """Store ``text`` as document ``doc_id`` of ``namespace`` (replacing an older text).
 
         Raises:
-            UsageError: blank text, doc_id or namespace.
+            UsageError: blank text or namespace; a doc_id that is not a plain one
+                (:func:`check_doc_id`).
             RootConflict: a root owns ``doc_id`` (a file's document, or ``NAME/...`` of a
-                bound root NAME).
+                bound root NAME, in any case or width: ``Docs/...``, ``ｄｏｃｓ/...``).
             EmbedderMismatch: the collection was built with another embedder.
             EmptyDocument: the text chunks to nothing.
             SecretDetected: the text holds a secret (a private key, an access key, a password
@@ -172,7 +173,7 @@ class KnowledgeBase:
             LockHeld: an ingest holds the write lock past ``lock_timeout_s``.
             KbsyncError: a store failure (the previous version stays).
         """
-        _check_id("doc_id", doc_id)
+        check_doc_id(doc_id)
         _check_id("namespace", namespace)
         if not text.strip():
             raise UsageError("text is empty")
@@ -305,6 +306,49 @@ def _check_id(name: str, value: str) -> None:
     if not isinstance(value, str) or not value.strip() or value != value.strip():
         raise UsageError(f"{name} must be a non-blank string without surrounding spaces, "
                          f"got {value!r}")
+
+
+MAX_DOC_ID_CHARS = 1024
+"""The longest doc_id :func:`add_text` takes: a name, not a text (it is stored in every
+chunk's payload and shown in every citation)."""
+
+
+def check_doc_id(doc_id: str) -> None:
+    """Refuse a doc_id that is not a plain ``segment/segment`` name.
+
+    A text's doc_id sits beside the files' doc_ids (``ROOT/rel/path``) in one
+    namespace, so it must not pass for another: no ``.``/``..`` or empty segment (no
+    leading, trailing or doubled ``/``), no control character, no backslash, and
+    NFKC-normal (fullwidth ``ｄｏｃｓ`` or a ligature would show as another doc_id's
+    twin); at most :data:`MAX_DOC_ID_CHARS` characters. Case variants of a root's
+    NAME are refused by the owner check (:func:`kbsync.ingest.texts.check_owner`).
+
+    Raises:
+        UsageError: one line naming the rule the doc_id breaks.
+    """
+    _check_id("doc_id", doc_id)
+    problem = _doc_id_problem(doc_id)
+    if problem is not None:
+        shown = repr(doc_id) if len(doc_id) <= 80 else f"{doc_id[:60]!r}... ({len(doc_id)} characters)"
+        raise UsageError(f"doc_id {shown} {problem}")
+
+
+def _doc_id_problem(doc_id: str) -> str | None:
+    import unicodedata
+
+    if len(doc_id) > MAX_DOC_ID_CHARS:
+        return f"is longer than {MAX_DOC_ID_CHARS} characters"
+    odd = control_character(doc_id)
+    if odd is not None:
+        return f"holds the control character U+{ord(odd):04X}"
+    if "\\" in doc_id:
+        return "holds a backslash; separate its parts with '/'"
+    if any(part in ("", ".", "..") for part in doc_id.split("/")):
+        return "has an empty, '.' or '..' part; write it as parts joined by single '/'"
+    normal = unicodedata.normalize("NFKC", doc_id)
+    if normal != doc_id:
+        return f"is not in Unicode NFKC form (it would pass for {normal!r}); write {normal!r}"
+    return None
 
 
 def _title(text: str, doc_id: str) -> str:

@@ -73,6 +73,7 @@ class ErrorCode(str, Enum):
     InvalidVector = "InvalidVector"
     StoreDrift = "StoreDrift"
     RelayUntrusted = "RelayUntrusted"
+    StoreReadOnly = "StoreReadOnly"
     DiskFull = "DiskFull"
     HomeExposed = "HomeExposed"
     # ingest
@@ -276,6 +277,12 @@ class StoreDamaged(StoreError):
     panic of the engine reading them): the read fails rather than serve a wrong or partial
     answer. ``kbsync verify`` names the damaged segment; ``kbsync verify --repair`` sets it
     aside and rebuilds what it held from the shares."""
+
+
+class StoreReadOnly(StoreError):
+    """The embedded store's folder cannot be written (a read-only mount, or no write
+    permission): qdrant-edge maps its files read-write even to search, so it is not
+    opened there, for reading or writing."""
 
 
 class InvalidVector(PermanentError):

@@ -47,6 +47,42 @@ def display_path(path: os.PathLike | str) -> str:
     return display_text(os.fspath(path))
 
 
+def root_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a root NAME, or ``None`` when it can.
+
+    A root NAME is the first segment of its documents' doc_ids (``NAME/rel/path``), a
+    payload filter value and a word of terminal lines, so it must be one plain path
+    segment: not blank, not ``.`` or ``..`` (a doc_id ``../x`` reads as a path out of
+    the share), no ``/``, and no control character or line/paragraph separator (a
+    newline would forge a second line in every log, report and prompt naming it).
+    """
+    if not name.strip():
+        return "is blank"
+    if name in (".", ".."):
+        return f"is {name!r}, which reads as a path segment, not a name"
+    if "/" in name:
+        return "holds a '/'"
+    odd = control_character(name)
+    if odd is not None:
+        return f"holds the control character U+{ord(odd):04X}"
+    return None
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (Unicode Cc) or line/paragraph separator in ``text``."""
+    import unicodedata
+
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
+def name_key(name: str) -> str:
+    """What two names that a reader cannot tell apart share: NFKC, then case folded
+    (``Docs``, ``DOCS`` and fullwidth ``ｄｏｃｓ`` all give ``docs``)."""
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
 class DocStatus(str, Enum):
     """State of a committed document."""
 

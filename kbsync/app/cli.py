@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--namespace", type=namespace_argument, default="default",
                      help="namespace (default: default)")
     ing.add_argument("--mode", choices=["incremental", "full"], default="incremental",
-                     help="full also deletes documents of these roots that are gone")
+                     help="full also deletes documents of these roots that are gone (never those "
+                          "--include/--exclude leave out)")
     ing.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ing.add_argument("--force", action="store_true", help="reprocess every file")
     ing.add_argument("--include", action="append", default=[], metavar="GLOB",

@@ -17,12 +17,14 @@ brings back what was removed.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import TYPE_CHECKING
 
 from kbsync.app import cli_support
 from kbsync.app.cli_support import EXIT_OK, namespace_argument
 from kbsync.errors import UsageError
+from kbsync.models import root_name_problem
 
 if TYPE_CHECKING:  # imported when `remove` runs: `kbsync --help` need not load the store wing
     from kbsync.ingest.remove import Removal, Target
@@ -47,8 +49,9 @@ def register(sub) -> None:
 
 
 def _root_name(text: str) -> str:
-    if not text.strip() or "/" in text or "=" in text:
-        raise ValueError  # argparse: "invalid _root_name value"
+    problem = root_name_problem(text) or ("holds a '='" if "=" in text else None)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"root NAME {text!r} {problem}")
     return text
 
 
@@ -56,7 +59,8 @@ _root_name.__name__ = "root NAME"  # argparse names the type in its message
 
 
 def run_remove(args, settings) -> int:
-    """``kbsync remove``: 0 removed (or nothing to remove, or declined), 2 usage error."""
+    """``kbsync remove``: 0 removed (or nothing to remove, or declined), 2 usage error
+    (also an unknown ``--root NAME``)."""
     from kbsync.ingest.remove import Removal, Target, remove
 
     if args.namespace is not None and args.namespace_of_root is not None:
@@ -68,7 +72,7 @@ def run_remove(args, settings) -> int:
     if not args.yes and not interactive:
         raise UsageError(f"remove of {target.describe()} needs --yes when stdin is not a "
                          "terminal; nothing was removed")
-    planned = _measure(settings, target)
+    planned = _measure(settings, target)  # UsageError: --root names no root of the store
     if planned.empty():
         return _report(args, planned, f"nothing to remove: {target.describe()} holds no "
                                       f"documents in collection {settings.collection!r}")
@@ -110,17 +114,41 @@ def _remove_from_previous(store, settings, target: Target) -> Removal | None:
 
 
 def _measure(settings, target: Target) -> Removal:
-    """What would go; opens nothing (creates nothing) when the store does not exist."""
-    from kbsync.ingest.remove import Removal, measure
+    """What would go; opens nothing (creates nothing) when the store does not exist.
+
+    Raises:
+        UsageError: ``--root NAME`` names no root of the namespace (a typo must not
+            pass for a removal that found nothing).
+    """
+    from kbsync.ingest.remove import Removal, known_roots, measure
 
     store = cli_support.indexed_store(settings)
     if store is None:
-        return Removal(settings.collection, target.namespace, target.root)
-    try:
-        return measure(store, collection=settings.collection,
-                       state_collection=settings.state_collection, target=target)
-    finally:
-        store.close()  # the embedded store admits one process: not held while asking
+        planned, known = Removal(settings.collection, target.namespace, target.root), {}
+    else:
+        try:
+            planned = measure(store, collection=settings.collection,
+                              state_collection=settings.state_collection, target=target)
+            known = ({} if not planned.empty() or target.root is None else
+                     known_roots(store, state_collection=settings.state_collection))
+        finally:
+            store.close()  # the embedded store admits one process: not held while asking
+    if planned.empty() and target.root is not None and \
+            target.root not in known.get(target.namespace, ()):
+        raise UsageError(_unknown_root(settings, target, known))
+    return planned
+
+
+def _unknown_root(settings, target: Target, known: dict[str, set[str]]) -> str:
+    """One line: the unknown NAME, the roots the namespace has, and where NAME is bound."""
+    roots = sorted(known.get(target.namespace, ()))
+    listed = (f"its roots are {', '.join(map(repr, roots))}" if roots else
+              f"it has no roots in collection {settings.collection!r}")
+    elsewhere = sorted(ns for ns, names in known.items() if target.root in names)
+    hint = (f"; root {target.root!r} is in namespace {elsewhere[0]!r}: add "
+            f"--namespace-of-root {elsewhere[0]}" if elsewhere else "")
+    return (f"unknown root {target.root!r} in namespace {target.namespace!r}: {listed}"
+            f"{hint}; nothing was removed")
 
 
 def _confirm(planned: Removal, target: Target) -> bool:

@@ -1,7 +1,7 @@
 """Labelled query files for evaluation: JSONL or CSV, every bad line reported.
 
 JSONL: one object per line, ``{"query": "...", "relevant": ["root/path.md", ...]}``
-(other keys are ignored). CSV: a header naming ``query`` and ``relevant``
+(other keys are ignored; a line nested past the parser's depth limit is a bad line). CSV: a header naming ``query`` and ``relevant``
 columns, doc_ids separated by ``|``. Blank lines are skipped; any other line
 that cannot be used is reported with its number, all of them in one
 :class:`QueryFileError`, and nothing is skipped silently. ``"relevant": []`` is
@@ -69,6 +69,10 @@ def _parse_jsonl(text: str) -> tuple[list[EvalQuery], list[tuple[int, str]]]:
         except ValueError as exc:  # JSONDecodeError, or an integer over Python's digit limit
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
             problems.append((number, f"not valid JSON ({reason})"))
+            continue
+        except RecursionError:  # the parser recurses per level; the format has two
+            problems.append((number, "nested too deeply (a line is one object holding a "
+                                     "'query' string and a 'relevant' list of strings)"))
             continue
         if not isinstance(obj, dict):
             problems.append((number, "expected a JSON object"))

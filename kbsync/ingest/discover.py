@@ -24,7 +24,7 @@ from kbsync.convert.safe_read import open_within
 from kbsync.errors import ErrorCode, UsageError
 from kbsync.ingest.walk import (LOGGED_PER_KIND, Discovery, WalkRules, iter_files, log_unlogged,
                                 problem)
-from kbsync.models import RootSpec, SourceFile, display_path
+from kbsync.models import RootSpec, SourceFile, display_path, root_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ def parse_root(spec: str) -> RootSpec:
 
     Raises:
         UsageError: the path is empty (``NAME=``), does not exist, is not a
-            directory, or is unreadable.
+            directory, or is unreadable; the NAME (given, or the folder's own name) is
+            not a plain name (:func:`kbsync.models.root_name_problem`).
     """
     name, sep, raw_path = spec.partition("=")
     if not sep or not name or "/" in name:
@@ -56,7 +57,14 @@ def parse_root(spec: str) -> RootSpec:
     if not os.access(path, os.R_OK | os.X_OK):
         raise UsageError(f"root {raw_path!r} is not readable")
     resolved = path.resolve()
-    return RootSpec(name=name or resolved.name or "root", path=resolved)
+    spec = RootSpec(name=name or resolved.name or "root", path=resolved)
+    problem = root_name_problem(spec.name)
+    if problem is not None:
+        given = f"root name {spec.name!r}" if name else \
+            f"root {raw_path!r} is named after its folder, whose name {spec.name!r}"
+        raise UsageError(f"{given} {problem}; give the root a plain name with NAME=PATH "
+                         "(e.g. docs=PATH)")
+    return spec
 
 
 def _display(raw: str) -> str:

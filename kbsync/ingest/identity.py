@@ -30,7 +30,7 @@ from kbsync.catalog.state import StateStore, utc_now
 from kbsync.errors import RootConflict
 from kbsync.ingest import remove as removal
 from kbsync.ingest.context import IngestContext
-from kbsync.models import RootSpec, display_path
+from kbsync.models import RootSpec, display_path, name_key
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +164,9 @@ def _remove_before_binding(plan: IdentityPlan, runtime: IngestContext) -> None:
 def _check_api_texts(states: StateStore, namespace: str, spec: RootSpec) -> None:
     """Refuse a new root NAME under which ``kbsync.api`` texts are stored (``NAME/...``):
     its files' documents would silently replace them (once, when the NAME is first bound)."""
-    prefix = spec.name + "/"
-    texts = sorted(d for d in states.load(namespace, RESERVED_ROOTS[0]) if d.startswith(prefix))
+    prefix, key = spec.name + "/", name_key(spec.name)  # ``Notes`` would shadow ``notes/...``
+    texts = sorted(d for d in states.load(namespace, RESERVED_ROOTS[0])
+                   if "/" in d and name_key(d.partition("/")[0]) == key)
     if texts:
         raise RootConflict(
             f"root name {spec.name} in namespace {namespace} would replace {len(texts)} texts "

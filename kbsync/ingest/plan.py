@@ -15,7 +15,8 @@ from kbsync.errors import ErrorCode, MassDeleteRefused
 from kbsync.ingest.discover import drop_ambiguous
 from kbsync.ingest.classify import Plan, PlanItem, plan_files
 from kbsync.ingest.context import IngestContext
-from kbsync.ingest.walk import Discovery, WalkCursor, WalkRules, iter_files, log_unlogged
+from kbsync.ingest.walk import (Discovery, WalkCursor, WalkRules, filtered_out, iter_files,
+                                log_unlogged)
 from kbsync.catalog.checks import StoreCheck, check_root, damaged_documents
 from kbsync.models import DocState, Failure, PlanAction, RootSpec, SourceFile, SyncMode, display_path
 
@@ -59,7 +60,8 @@ class RootPlan:
     that range) and its plan (new, changed, unchanged, heal). The root's last slice (or a
     whole-root plan, ``cursor`` None) also holds what needs the whole root: the ``missing``
     items, the documents the run deletes (``to_delete``: in full mode those whose file is
-    gone; in any mode those reached through a link that now leads out of the root,
+    gone, unless the run's ``include``/``exclude`` filters leave them out (``kept_excluded``);
+    in any mode those reached through a link that now leads out of the root,
     :func:`_deletable`), and the root's warnings.
 
     ``discovery.files`` is emptied once the plan is made (:func:`plan_root`): every file
@@ -75,6 +77,8 @@ class RootPlan:
     # reached through a link that leads out of the root (deleted in every mode)
     kept_unreadable: list[str] = field(default_factory=list)
     escaped: list[str] = field(default_factory=list)
+    # full mode: recorded documents the run's include/exclude filters leave out (kept)
+    kept_excluded: list[str] = field(default_factory=list)
     cursor: PlanCursor | None = None
 
     def to_process(self) -> list:
@@ -98,8 +102,9 @@ def plan_root(
     when they differ, the points of each of its documents are counted, and those whose
     count differs from the record are planned ``changed`` with ``repair=True`` (counted in
     ``repaired``). The last slice finds the recorded documents no slice saw (``missing``),
-    keeps those discovery could not read (``kept_unreadable``), never deleting them, and
-    applies full mode's guard.
+    keeps those discovery could not read (``kept_unreadable``) and, in full mode, those the
+    ``include``/``exclude`` filters leave out (``kept_excluded``: a filter narrows what the
+    run looks at, it never deletes), never deleting them, and applies full mode's guard.
 
     Raises:
         MassDeleteRefused: (the last slice) full mode would empty the root or delete more
@@ -123,7 +128,8 @@ def plan_root(
         result.cursor = cursor
         return result
     log_unlogged(found)
-    _finish_root_plan(result, cursor, runtime, namespace, mode, guard)
+    _finish_root_plan(result, cursor, runtime, namespace, mode,
+                      Scope(guard, WalkRules(include=include, exclude=exclude)))
     return result
 
 
@@ -182,8 +188,17 @@ def doc_digests(doc_ids: Iterable[str]) -> np.ndarray:
                                        .digest(), "little") for d in doc_ids), dtype=np.uint64)
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What full mode may delete from a root: under ``guard``, and only documents whose
+    path the run's filters (``rules``: include/exclude only) let the walk see."""
+
+    guard: DeleteGuard
+    rules: WalkRules
+
+
 def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestContext,
-                      namespace: str, mode: SyncMode, guard: DeleteGuard) -> None:
+                      namespace: str, mode: SyncMode, scope: Scope) -> None:
     """The last slice: the root's missing documents, its warnings, what it deletes."""
     missing = _missing(runtime, namespace, result.root, cursor)
     result.plan.items.extend(PlanItem(PlanAction.MISSING, None, s) for s in missing)
@@ -192,7 +207,7 @@ def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestConte
     if not cursor.files and not cursor.ignored:
         result.warnings.append(f"root {result.root.name} ({display_path(result.root.path)}) "
                                "holds no files")
-    result.to_delete = _deletable(result, guard, cursor, mode)
+    result.to_delete = _deletable(result, scope, cursor, mode)
 
 
 def _missing(runtime: IngestContext, namespace: str, root: RootSpec,
@@ -260,7 +275,8 @@ def preflight_root(
                         ignored=len(found.ignored), seen=seen,
                         check=StoreCheck(namespace, runtime.collection, documents, 0, 0))
     plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for s in missing])
-    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), guard, cursor,
+    scope = Scope(guard, WalkRules(include=include, exclude=exclude))
+    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), scope, cursor,
                           SyncMode.FULL))
 
 
@@ -275,7 +291,7 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
         yield chunk
 
 
-def _deletable(result: RootPlan, guard: DeleteGuard, cursor: PlanCursor,
+def _deletable(result: RootPlan, scope: Scope, cursor: PlanCursor,
                mode: SyncMode) -> list[str]:
     """The doc_ids to delete from the root, and why the other missing ones stay.
 
@@ -284,6 +300,8 @@ def _deletable(result: RootPlan, guard: DeleteGuard, cursor: PlanCursor,
     mode: the share no longer holds it, and what the link leads to must not stay
     indexed). A document discovery could not read (an entry it could not stat, a folder
     it could not list or enter) is never deleted: it is kept and named in one warning.
+    Nor is one the run's include/exclude filters leave out (full mode counts it in
+    ``kept_excluded``, one warning): the walk never looked at its file.
     """
     escaped, unreadable, gone = triage_missing(result, cursor.problems)
     result.escaped, result.kept_unreadable = escaped, unreadable
@@ -297,7 +315,25 @@ def _deletable(result: RootPlan, guard: DeleteGuard, cursor: PlanCursor,
             f"through a link and are deleted from the index: {_named(escaped)}")
     if mode is not SyncMode.FULL:
         return escaped
-    return sorted(escaped + _guarded(result, gone, guard, cursor))
+    gone, result.kept_excluded = _outside_filters(result.root, gone, scope.rules)
+    if result.kept_excluded:
+        result.warnings.append(
+            f"root {result.root.name}: {len(result.kept_excluded)} documents are left out by "
+            f"--include/--exclude and were kept, not deleted (full mode deletes only documents "
+            f"whose files the filters let it see are gone): {_named(result.kept_excluded)}")
+    return sorted(escaped + _guarded(result, gone, scope.guard, cursor))
+
+
+def _outside_filters(root: RootSpec, doc_ids: list[str], rules: WalkRules
+                     ) -> tuple[list[str], list[str]]:
+    """``doc_ids`` split into (inside the run's filters, left out by them), in order."""
+    if not rules.include and not rules.exclude:
+        return doc_ids, []
+    inside, outside = [], []
+    prefix = len(root.name) + 1  # doc_id = NAME/rel
+    for doc_id in doc_ids:
+        (outside if filtered_out(doc_id[prefix:], rules) else inside).append(doc_id)
+    return inside, outside
 
 
 def triage_missing(result: RootPlan, problems: Sequence[Failure]

@@ -81,6 +81,20 @@ def measure(store: VectorStore, *, collection: str, state_collection: str,
                    root_bindings=_count(store, state_collection, bindings_filter(target)))
 
 
+def known_roots(store: VectorStore, *, state_collection: str) -> dict[str, set[str]]:
+    """Namespace -> the root NAMEs bound there, plus those of unfinished removals (one
+    lookup of the meta records, never a scan of the documents). Writes nothing."""
+    known: dict[str, set[str]] = {}
+    if store.collection_dimension(state_collection) is None:
+        return known
+    for payload in StateStore(store, state_collection).read_meta(ROOT_BINDING):
+        known.setdefault(str(payload["bound_namespace"]), set()).add(str(payload["root"]))
+    for target in pending(store, state_collection=state_collection):
+        if target.root is not None:
+            known.setdefault(target.namespace, set()).add(target.root)
+    return known
+
+
 def remove(store: VectorStore, *, collection: str, state_collection: str,
            target: Target) -> Removal:
     """Delete the target's points, then its document records, then its root bindings.

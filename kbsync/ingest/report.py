@@ -7,9 +7,10 @@ import re
 SUMMARY_FIELDS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed", "ignored",
                   "chunks_raw", "chunks_kept", "embeddings_computed", "embeddings_cached",
                   "embeddings_failed", "duration_s")
-EXTRA_FIELDS = ("repaired", "kept_unreadable", "not_attempted")
+EXTRA_FIELDS = ("repaired", "kept_unreadable", "kept_excluded", "not_attempted")
 """Shown only when not 0 (documents rebuilt because the store had lost their points;
-documents that could not be read and were kept; files a stopped run never began)."""
+documents that could not be read and were kept; documents full mode kept because the
+run's --include/--exclude left them out; files a stopped run never began)."""
 
 
 def shown_fields(summary: dict) -> list[str]:

@@ -106,6 +106,8 @@ class IngestSummary:
     # recorded documents discovery could not read (a folder it may list but not enter, an
     # entry it could not stat): kept as indexed, never deleted, named in one warning
     kept_unreadable: int = 0
+    # full mode: recorded documents the run's --include/--exclude left out: kept, not deleted
+    kept_excluded: int = 0
     # ``ignored`` by kind: extension (lowercase), or "(no extension)" for an extensionless
     # file not read as text (kbsync.convert.ignored_kind)
     ignored_by_kind: dict[str, int] = field(default_factory=dict)
@@ -185,6 +187,7 @@ def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
     summary.ignored += len(rp.discovery.ignored)
     add_ignored(summary, dict(Counter(ignored_kind(rel) for rel in rp.discovery.ignored)))
     summary.kept_unreadable += len(rp.kept_unreadable)
+    summary.kept_excluded += len(rp.kept_excluded)
     summary.files_hashed += rp.plan.hashed
     summary.warnings.extend(rp.warnings)
     summary.warnings.extend(f.message for f in rp.discovery.problems)

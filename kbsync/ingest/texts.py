@@ -23,7 +23,7 @@ from kbsync.ingest.context import IngestContext
 from kbsync.ingest.executor import CONTEXT, Executor
 from kbsync.ingest.stages import DocWork, StageResult
 from kbsync.ingest.classify import PlanItem, classify
-from kbsync.models import DocState, Document, Failure, PlanAction, SourceFile
+from kbsync.models import DocState, Document, Failure, PlanAction, SourceFile, name_key
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ def plan_text(ctx: IngestContext, source: SourceFile, namespace: str) -> PlanIte
 
 def check_owner(ctx: IngestContext, source: SourceFile, namespace: str) -> None:
     """Refuse a text whose doc_id a root owns: the file's document, or one under a bound
-    root NAME (``docs/...`` while ``docs`` is bound); the text would replace the file's
+    root NAME (``docs/...`` while ``docs`` is bound, in any case or Unicode width:
+    :func:`kbsync.models.name_key`); the text would replace the file's
     document, and the next ingest of the root would silently replace the text.
 
     Raises:
@@ -65,8 +66,9 @@ def check_owner(ctx: IngestContext, source: SourceFile, namespace: str) -> None:
     previous = ctx.states.get(namespace, source.doc_id)
     owner = previous.root if previous is not None and previous.root != source.root else None
     head, sep, _ = source.doc_id.partition("/")
-    if owner is None and sep and head in identity.bound_roots(ctx.states, namespace):
-        owner = head
+    if owner is None and sep:  # ``Docs/...`` or fullwidth ``ｄｏｃｓ/...`` pass for ``docs/...``
+        owner = next((name for name in sorted(identity.bound_roots(ctx.states, namespace))
+                      if name_key(name) == name_key(head)), None)
     if owner is not None:
         raise RootConflict(f"doc_id {source.doc_id} of namespace {namespace} belongs to root "
                            f"{owner} (its files' documents); give the text a doc_id outside "

@@ -92,9 +92,7 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
         if kind == "dir":
             stack.append(_listing(result, path, rel, visited, after))
             continue
-        if rules.include and not _matches(rel, rules.include):
-            continue
-        if rules.exclude and _matches(rel, rules.exclude):
+        if filtered_out(rel, rules):
             continue
         source = _file(result, path, rel, rules.accept)
         if source is not None:
@@ -262,6 +260,13 @@ def _searchable(directory: Path) -> bool:
     """Whether this process may enter ``directory`` (its effective ids, ACLs, capabilities)."""
     effective = os.access in os.supports_effective_ids
     return os.access(directory, os.X_OK, effective_ids=effective)
+
+
+def filtered_out(rel: str, rules: WalkRules) -> bool:
+    """True when the ``include`` / ``exclude`` patterns of ``rules`` leave out the file at
+    ``rel`` (relative to its root): the walk never yields it, whether it exists or not."""
+    return bool((rules.include and not _matches(rel, rules.include))
+                or (rules.exclude and _matches(rel, rules.exclude)))
 
 
 def _matches(rel: str, patterns: Sequence[str]) -> bool:

@@ -130,3 +130,27 @@ def test_query_file_error_survives_pickling():
 
     error = pickle.loads(pickle.dumps(QueryFileError("q.jsonl", [(3, "bad")])))
     assert error.problems == [(3, "bad")] and str(error) == "q.jsonl: 1 bad line(s): line 3: bad"
+
+
+def test_a_line_nested_past_the_parser_limit_is_a_bad_line_and_exit_2(tmp_path):
+    """Issue 37: a 100,000-deep ``relevant`` array ended in RecursionError, exit 1."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kbtest import hash_env
+
+    deep = 100_000
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"query": "fine", "relevant": ["a/b.md"]}\n'
+                    '{"query": "x", "relevant": ' + "[" * deep + "]" * deep + "}\n")
+    with pytest.raises(QueryFileError) as err:
+        load_queries(path)
+    assert err.value.problems == [(2, err.value.problems[0][1])]
+    assert "nested too deeply" in str(err.value)
+    kbsync = str(Path(sys.executable).with_name("kbsync"))
+    proc = subprocess.run([kbsync, "eval", str(path), "--json"], capture_output=True, text=True,
+                          env=hash_env(None, tmp_path / "home"), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "line 2: nested too deeply" in proc.stderr

@@ -44,7 +44,8 @@ def expected(**overrides) -> dict:
                 updated=0, unchanged=0, deleted=0, failed=0, ignored=0, chunks_raw=0,
                 chunks_kept=0, embeddings_computed=0, embeddings_cached=0, embeddings_failed=0,
                 failures=[], partial=0, repaired=0, embedding_bisect_requests=0,
-                converter_warnings=0, kept_unreadable=0, ignored_by_kind={}, not_attempted=0)
+                converter_warnings=0, kept_unreadable=0, kept_excluded=0, ignored_by_kind={},
+                not_attempted=0)
     base.update(overrides)
     return base
 

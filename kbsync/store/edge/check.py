@@ -23,6 +23,7 @@ Facts about qdrant-edge-py 0.9.0's sealed (non-appendable) segment files relied 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -30,9 +31,31 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kbsync.errors import StoreDrift
+from kbsync.errors import StoreDrift, StoreReadOnly
 
 log = logging.getLogger(__name__)
+
+READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+# the engine's messages for the same causes (it raises a bare Exception with the OS text)
+_READ_ONLY_TEXTS = ("Permission denied", "Read-only file system", "(os error 13)",
+                    "(os error 30)", "(os error 1)")
+
+
+def is_read_only_cause(text: str) -> bool:
+    """True when an engine message says a file could not be opened for writing."""
+    return any(t in text for t in _READ_ONLY_TEXTS)
+
+
+def read_only(folder: Path, cause: str) -> StoreReadOnly:
+    """The one line for a store that cannot be written: why it cannot even be searched,
+    and what to do (tested by ``tests/store/test_read_only_store.py``)."""
+    return StoreReadOnly(
+        f"edge store at {folder} cannot be written ({cause}): the embedded engine "
+        "(qdrant-edge) maps its files read-write even to search, so a store on a read-only "
+        "mount or without write permission cannot be opened at all; copy KBSYNC_HOME to a "
+        "writable folder (cp -a) and point KBSYNC_HOME there, or serve the store from a "
+        "Qdrant server (KBSYNC_QDRANT_URL)")
+
 
 _VERSION_BYTES = 8
 _MATRIX_HEADER = 4

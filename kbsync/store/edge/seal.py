@@ -46,8 +46,8 @@ from kbsync.store.base import DENSE, SPARSE
 from kbsync.errors import DiskFull
 from kbsync.store.edge import diskspace, seals
 from kbsync.store.edge.heap import release_free_heap
-from kbsync.store.edge.check import (is_appendable, require_whole_segments, seal_need,
-                                     warm_mapped_files)
+from kbsync.store.edge.check import (is_appendable, is_read_only_cause, read_only,
+                                     require_whole_segments, seal_need, warm_mapped_files)
 from kbsync.store.edge.query import CONFIG_FILE, errors as _errors
 from kbsync.store.edge.shard_gate import ShardGate
 from kbsync.store.layout import OVERSAMPLING, QUANTILE, seal_threshold_kb
@@ -343,6 +343,8 @@ def load_shard(folder: Path, name: str, config: Any) -> Any:
         raise
     except StoreError as exc:
         cause = " ".join(str(exc.__cause__ or exc).split())[:300]
+        if is_read_only_cause(cause):  # a file it may read but not map read-write
+            raise read_only(folder, cause) from exc
         raise StoreDrift(
             f"edge store: collection {name!r} at {folder} cannot be opened, its files are "
             f"damaged ({cause}); `kbsync verify --repair` sets a damaged chunk collection "

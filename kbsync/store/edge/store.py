@@ -48,6 +48,7 @@ from kbsync.errors import (DimensionMismatch, KbsyncError, StoreError,
 from kbsync.store import validate as cv
 from kbsync.store.edge import query as eq
 from kbsync.store.edge import seal as es
+from kbsync.store.edge.check import READ_ONLY_ERRNOS, read_only
 from kbsync.store.edge.extras import EdgeExtras
 from kbsync.store.edge.seal import Shard as _Shard
 from kbsync.models import SparseVec
@@ -86,6 +87,8 @@ class EdgeStore(EdgeExtras):
 
         Raises:
             StoreUnavailable: another store holds the folder.
+            StoreReadOnly: the folder cannot be written (the engine could not open it
+                even to read: :func:`kbsync.store.edge.check.read_only`).
             StoreError: the folder cannot be created or locked.
         """
         self.path = Path(path)
@@ -101,6 +104,8 @@ class EdgeStore(EdgeExtras):
             # collection still closes it and so releases the lock.
             self._lock_file: Any = open(self.path / _LOCK_FILE, "a+b")  # noqa: SIM115
         except OSError as exc:
+            if exc.errno in READ_ONLY_ERRNOS:
+                raise read_only(self.path, exc.strerror or str(exc)) from exc
             raise StoreError(f"edge store: cannot open store folder {self.path}: {exc}") from exc
         if fcntl is not None:
             try:
