@@ -78,7 +78,7 @@ class _Reader:
         self.name = name
         self.warnings: list[str] = []
 
-    def message(self, message: Message, *, depth: int) -> list[str]:
+    def message(self, message: EmailMessage, *, depth: int) -> list[str]:
         """Header block, body, forwarded messages and named attachments of ``message``."""
         lines = [f"**{key}:** {value}  " for key in _HEADERS if (value := _header(message, key))]
         source = self._with_parts(message)
@@ -106,7 +106,7 @@ class _Reader:
         return ["", f"## Forwarded message: {subject or '(no subject)'}", "",
                 *self.message(inner, depth=depth)]
 
-    def _with_parts(self, message: Message) -> Message | None:
+    def _with_parts(self, message: EmailMessage) -> EmailMessage | None:
         """``message``, or for a multipart one whose boundary is lost, the same body read
         with the boundary its first ``--`` line gives; ``None``: read it as plain text."""
         if message.get_content_maintype() != "multipart" or message.is_multipart():
@@ -128,7 +128,7 @@ class _Reader:
     def _raw_body(self, message: Message) -> str:
         return normalize_newlines(self._text(_raw_payload(message), None, "body"))
 
-    def _body(self, message: Message) -> str:
+    def _body(self, message: EmailMessage) -> str:
         part = message.get_body(preferencelist=("plain", "html"))
         if part is None:
             return ""
@@ -185,11 +185,11 @@ def _header(message: Message, key: str) -> str:
     return " ".join(str(value or "").split())
 
 
-def _inner_message(part: Message) -> Message | None:
+def _inner_message(part: Message) -> EmailMessage | None:
     """The message a ``message/rfc822`` part holds (parsed again when it came as text)."""
     payload = part.get_payload()
     if isinstance(payload, list):
-        return payload[0] if payload and isinstance(payload[0], Message) else None
+        return payload[0] if payload and isinstance(payload[0], EmailMessage) else None
     raw = part.get_payload(decode=True)
     if not isinstance(raw, bytes) or not raw.strip():
         return None

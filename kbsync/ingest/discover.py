@@ -57,14 +57,14 @@ def parse_root(spec: str) -> RootSpec:
     if not os.access(path, os.R_OK | os.X_OK):
         raise UsageError(f"root {raw_path!r} is not readable")
     resolved = path.resolve()
-    spec = RootSpec(name=name or resolved.name or "root", path=resolved)
-    problem = root_name_problem(spec.name)
+    root = RootSpec(name=name or resolved.name or "root", path=resolved)
+    problem = root_name_problem(root.name)
     if problem is not None:
-        given = f"root name {spec.name!r}" if name else \
-            f"root {raw_path!r} is named after its folder, whose name {spec.name!r}"
+        given = f"root name {root.name!r}" if name else \
+            f"root {raw_path!r} is named after its folder, whose name {root.name!r}"
         raise UsageError(f"{given} {problem}; give the root a plain name with NAME=PATH "
                          "(e.g. docs=PATH)")
-    return spec
+    return root
 
 
 def _display(raw: str) -> str:

@@ -329,7 +329,8 @@ def _outside_filters(root: RootSpec, doc_ids: list[str], rules: WalkRules
     """``doc_ids`` split into (inside the run's filters, left out by them), in order."""
     if not rules.include and not rules.exclude:
         return doc_ids, []
-    inside, outside = [], []
+    inside: list[str] = []
+    outside: list[str] = []
     prefix = len(root.name) + 1  # doc_id = NAME/rel
     for doc_id in doc_ids:
         (outside if filtered_out(doc_id[prefix:], rules) else inside).append(doc_id)

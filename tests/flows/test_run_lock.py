@@ -22,7 +22,9 @@ def test_server_mode_creates_and_holds_a_global_concurrency_limit(prefect_api, s
 
     @flow
     def hold_twice() -> None:
-        with run_lock(server_settings, "Team A"):
+        # a pointer writer's purpose: it reads the pointer itself, so the fake server is
+        # never contacted and the lock alone is under test
+        with run_lock(server_settings, "Team A", purpose="rebuild"):
             with get_client(sync_client=True) as client:
                 limit = client.read_global_concurrency_limit_by_name(name)
             assert limit.limit == 1 and limit.active_slots == 1
@@ -49,7 +51,7 @@ def test_server_mode_with_no_wait_refuses_at_once(prefect_api, settings, monkeyp
 
     @flow
     def hold_twice() -> None:
-        with run_lock(server_settings, "Team B"):
+        with run_lock(server_settings, "Team B", purpose="rebuild"):  # see the test above
             def second() -> None:
                 started = time.monotonic()
                 try:
