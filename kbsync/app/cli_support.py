@@ -161,8 +161,21 @@ def classify(exc: BaseException, settings=None) -> tuple[int, ErrorCode, str]:
         if isinstance(exc, StoreUnavailable) and url and url not in message:
             message += f" (KBSYNC_QDRANT_URL={safe_url(url)})"
         return EXIT_FAILED, exc.kind, message
+    if unreachable_prefect_api(exc):
+        url = safe_url(os.environ.get("PREFECT_API_URL", ""))
+        return EXIT_FAILED, ErrorCode.OrchestratorUnavailable, (
+            f"cannot reach the Prefect API at PREFECT_API_URL={url}: start that server, "
+            "or unset PREFECT_API_URL to run without one")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return EXIT_FAILED, ErrorCode.InternalError, f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
+def unreachable_prefect_api(exc: BaseException) -> bool:
+    """Whether ``exc`` is Prefect's refusal to start a run against a ``PREFECT_API_URL``
+    that does not answer. Prefect 3 raises a bare ``RuntimeError("Failed to reach API at
+    URL")`` for it (``prefect._internal.version_checking``), so it is known by that text."""
+    return (type(exc) is RuntimeError and str(exc).startswith("Failed to reach API at")
+            and bool(os.environ.get("PREFECT_API_URL")))
 
 
 def is_engine_panic(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kbtest import hash_env, run_kbsync
 
 HEAVY = ("prefect", "flows", "tasks", "qdrant_client", "qdrant_edge", "markitdown",
          "sentence_transformers", "torch", "openai", "kbsync.embed", "kbsync.store",
@@ -77,3 +78,40 @@ def test_a_bad_setting_stops_the_real_cli_in_one_line(tmp_path, variable, value,
     else:
         assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == []  # no store, no cache made anywhere
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_an_unreachable_prefect_api_is_one_line_naming_it(tmp_path, json_mode):
+    """A ``PREFECT_API_URL`` nobody answers at ended as ``InternalError: RuntimeError``; it is
+    ``OrchestratorUnavailable``, one line naming the variable and its URL, nothing ingested."""
+    share = tmp_path / "share"
+    share.mkdir()
+    (share / "a.md").write_text("# A\n\nsome text\n")
+    url = f"http://127.0.0.1:{_closed_port()}/api"
+    env = hash_env(url, tmp_path / "home")
+    code, data, stderr = run_kbsync(env, "ingest", str(share), *(["--json"] if json_mode else []))
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 1, stderr
+    assert "Traceback" not in stderr and "InternalError" not in stderr
+    assert len(lines) == 1 and "OrchestratorUnavailable" in lines[0], lines
+    assert f"PREFECT_API_URL={url}" in lines[0] and "unset PREFECT_API_URL" in lines[0]
+    if json_mode:
+        assert data is not None and data["error"]["kind"] == "OrchestratorUnavailable"
+        assert data["files_seen"] == 0
+
+
+def test_python_dash_m_kbsync_is_the_command(tmp_path):
+    """``python -m kbsync`` runs the console script's ``main``: same help, same exit."""
+    proc = subprocess.run([sys.executable, "-m", "kbsync", "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: kbsync")
