@@ -280,9 +280,10 @@ class StoreDamaged(StoreError):
 
 
 class StoreReadOnly(StoreError):
-    """The embedded store's folder cannot be written (a read-only mount, or no write
-    permission): qdrant-edge maps its files read-write even to search, so it is not
-    opened there, for reading or writing."""
+    """A write on an embedded store whose folder cannot be written (a read-only mount, or
+    no write permission). Reads of such a store go through a private copy
+    (:mod:`kbsync.store.edge.readonly`); this is raised for writes, and for a read whose
+    copy cannot be made."""
 
 
 class InvalidVector(PermanentError):

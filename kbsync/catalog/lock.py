@@ -74,6 +74,7 @@ from typing import Callable, Protocol
 # The lock file itself (kbsync.catalog.lockfile), named here too: the policy's one import.
 from kbsync.catalog.lockfile import (Holder, ingest_lock_path, live_holder,  # noqa: F401
                                      lock_path, lock_scope, probe, read_holder, refusal,
+                                     require_writable,
                                      write_lock)
 from kbsync.errors import UsageError
 from kbsync.home import open_home
@@ -217,13 +218,15 @@ def ingest_lock(settings: Settings, namespace: str, *, purpose: str = "ingest",
 
 def refuse_if_held(settings: Settings, namespace: str) -> None:
     """Raise the ingest lock's :class:`LockHeld` now when a writer holds it and
-    ``KBSYNC_LOCK_TIMEOUT_S`` is 0 (the run would be refused anyway), creating nothing.
+    ``KBSYNC_LOCK_TIMEOUT_S`` is 0, or ``StoreReadOnly`` when the lock could not be
+    created (a read-only home): the run would be refused anyway. Creates nothing.
 
     A quick check before a run starts, not a substitute for taking the lock.
     """
+    path = ingest_lock_path(settings, namespace)
+    require_writable(path)
     if settings.lock_timeout_s:
         return
-    path = ingest_lock_path(settings, namespace)
     holder = probe(path)
     if holder is not None:
         raise refusal(path, holder, lock_scope(settings, namespace), 0)

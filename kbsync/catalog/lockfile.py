@@ -8,6 +8,7 @@ See :mod:`kbsync.catalog.lock` for the rule, the holder record and the refusal; 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from kbsync.errors import LockHeld
+from kbsync.errors import KbsyncError, LockHeld, StoreError, StoreReadOnly
 from kbsync.home import current_access, make_dir
 from kbsync.settings import Settings
 
@@ -107,7 +108,10 @@ def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5,
     Raises:
         LockHeld: another process holds it past the timeout (names its pid and namespace).
     """
-    make_dir(path.parent)
+    try:
+        make_dir(path.parent)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
     record = _record(namespace, purpose)
     # fallback_to_soft=False: a soft (existence) lock would outlive a killed holder, and the
     # release on death is the point of this lock. thread_local=False: the hold belongs to
@@ -116,11 +120,49 @@ def write_lock(path: Path, *, timeout_s: float = 0.0, poll_s: float = 0.5,
     lock = FileLock(path, poll_interval=poll_s, thread_local=False, fallback_to_soft=False,
                     mode=current_access().file_mode,
                     on_acquired=lambda fd: _write_record(fd, record))
-    _acquire(lock, path, timeout_s=timeout_s, poll_s=poll_s, scope=scope)
+    try:
+        _acquire(lock, path, timeout_s=timeout_s, poll_s=poll_s, scope=scope)
+    except OSError as exc:
+        raise unwritable(path, exc) from exc
     try:
         yield
     finally:
         lock.release()
+
+
+def require_writable(path: Path) -> None:
+    """Raise :func:`unwritable`'s error now when the lock file ``path`` could not be
+    created or opened for writing (checked with ``access``: nothing is created).
+
+    Raises:
+        StoreReadOnly: a read-only mount, or no write permission for this user.
+    """
+    target = path
+    while not target.exists() and target.parent != target:
+        target = target.parent
+    if not os.access(target, os.W_OK):
+        code = errno.EROFS if _read_only_mount(target) else errno.EACCES
+        raise unwritable(path, OSError(code, os.strerror(code)))
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def unwritable(path: Path, exc: OSError) -> KbsyncError:
+    """The one line of a write lock that cannot be created: a read-only home is
+    ``StoreReadOnly`` (the writer needs a writable ``KBSYNC_HOME``); another cause is a
+    ``StoreError`` naming it."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StoreReadOnly(
+            f"the write lock {path} cannot be created ({exc.strerror}): KBSYNC_HOME is on a "
+            "read-only mount or not writable by this user; searches still read it, but an "
+            "ingest, a removal or a repair needs a writable KBSYNC_HOME (copy it with cp -a "
+            "and point KBSYNC_HOME there) or a Qdrant server (KBSYNC_QDRANT_URL)")
+    return StoreError(f"the write lock {path} cannot be created: {exc}")
 
 
 def _acquire(lock: FileLock, path: Path, *, timeout_s: float, poll_s: float,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import sys
 import threading
@@ -105,7 +106,12 @@ class EmbeddingCache:
                 timeout=timeout_s,
             )
         except _SOFT_ERRORS as exc:
-            self._soft_failure("open", exc)
+            if not os.access(self.directory, os.W_OK):  # a read-only home: reads go on quietly
+                self._warned = True
+                log.info("embedding cache at %s cannot be written: going on without it (%s)",
+                         self.directory, exc)
+            else:
+                self._soft_failure("open", exc)
 
     def _soft_failure(self, action: str, exc: BaseException) -> None:
         """Log a cache failure: a warning the first time, then at debug level."""

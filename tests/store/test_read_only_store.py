@@ -3,9 +3,10 @@ line about a lock file.
 
 qdrant-edge-py 0.9.0 maps a shard's payload storage read-write even to load it for a
 search (``Failed to open mmap payload storage: Permission denied``), so the embedded store
-cannot be opened read-only at all. Reads and writes alike get one ``StoreReadOnly`` line
-that says so and what to do (copy the home to a writable folder, or a Qdrant server).
-Run as root without DAC override, so the permissions hold as for a plain user.
+reads such a store from a private copy (:mod:`kbsync.store.edge.readonly`): searches and
+stats answer as on a writable home and change nothing under it; writes get one
+``StoreReadOnly`` line that says what to do. Run as root without DAC override, so the
+permissions hold as for a plain user.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ def _chmod_tree(top: Path, writable: bool) -> None:
             path.chmod(mode | 0o200 if writable else mode & ~0o222)
 
 
+def _tree(top: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under ``top``: (mode, size, mtime in ns), to see that nothing changed."""
+    seen = {}
+    for folder, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            info = os.lstat(os.path.join(folder, name))
+            seen[os.path.relpath(os.path.join(folder, name), top)] = (
+                info.st_mode, info.st_size if name not in dirs else 0, info.st_mtime_ns)
+    return seen
+
+
 @pytest.fixture
 def read_only_home(settings, tmp_path):
     """A store of one document under a home without any write permission."""
@@ -64,6 +76,15 @@ def read_only_home(settings, tmp_path):
     _chmod_tree(settings.home, writable=True)  # so tmp_path can be cleaned
 
 
+@pytest.fixture
+def reader_env(read_only_home, tmp_path):
+    """The environment of a reader of ``read_only_home``, with its own TMPDIR (where the
+    private copies go, and must be gone after each command)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return hash_env(NO_PREFECT, read_only_home, drop=OUTER, TMPDIR=str(tmp))
+
+
 def _refused(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -75,26 +96,56 @@ def _refused(proc: subprocess.CompletedProcess) -> str:
 
 
 @needs_capsh
-def test_stats_on_a_read_only_store_says_why_in_one_line(read_only_home):
-    env = hash_env(NO_PREFECT, read_only_home, drop=OUTER)
-    proc = _without_dac(env, KBSYNC, "stats", "--json")
-    _refused(proc)
-    assert json.loads(proc.stdout)["error"]["kind"] == "StoreReadOnly"
+def test_search_and_stats_read_a_read_only_store_and_change_nothing(read_only_home,
+                                                                     reader_env):
+    before = _tree(read_only_home)
+    proc = _without_dac(reader_env, KBSYNC, "search", "harbour", "--json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    hits = json.loads(proc.stdout)["results"]
+    assert [h["doc_id"] for h in hits] == ["share/a.md"]
+    proc = _without_dac(reader_env, KBSYNC, "stats", "--json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert json.loads(proc.stdout)["namespaces"]["default"]["documents"] == 1
+    api = ("from kbsync import api\n"
+           "print(api.search('harbour', k=1).results[0].doc_id)\n")
+    proc = _without_dac(reader_env, sys.executable, "-c", api)
+    assert proc.stdout.strip() == "share/a.md", proc.stderr
+    assert _tree(read_only_home) == before  # not one file made, changed or touched
+    assert list(Path(reader_env["TMPDIR"]).iterdir()) == []  # the private copies are gone
 
 
 @needs_capsh
-def test_search_and_writes_on_a_read_only_store_get_the_same_line(read_only_home):
-    env = hash_env(NO_PREFECT, read_only_home, drop=OUTER)
-    _refused(_without_dac(env, KBSYNC, "search", "harbour"))
+def test_writes_on_a_read_only_store_get_one_line(read_only_home, reader_env, tmp_path):
+    before = _tree(read_only_home)
+    write_tree(tmp_path / "more", {"b.md": "# Glacier\n\nThe glacier moves."})
+    for argv in (["ingest", str(tmp_path / "more")], ["remove", "--root", "share", "--yes"]):
+        line = _refused(_without_dac(reader_env, KBSYNC, *argv))
+        assert "cannot be created" in line, line
     add = ("from kbsync import api\n"
            "try:\n    api.add_text('# N\\n\\nA note.', 'notes/n')\n"
            "except Exception as exc:\n    print(type(exc).__name__, exc)\n")
-    proc = _without_dac(env, sys.executable, "-c", add)
+    proc = _without_dac(reader_env, sys.executable, "-c", add)
     assert proc.stdout.startswith("StoreReadOnly "), proc.stdout + proc.stderr
-    # only the segments read-only: the engine's own error, read as the same cause
+    assert _tree(read_only_home) == before
+
+
+@needs_capsh
+def test_read_only_segments_alone_are_read_from_a_copy_too(read_only_home, reader_env):
+    """The home writable, only the segments' files not (the engine's own error): reads
+    go through a copy; a write into that store is refused, never made on the copy."""
     _chmod_tree(read_only_home, writable=True)
     _chmod_tree(read_only_home / "qdrant" / "kbsync" / "segments", writable=False)
-    assert "Failed to open mmap" in _refused(_without_dac(env, KBSYNC, "search", "harbour"))
+    proc = _without_dac(reader_env, KBSYNC, "search", "harbour")
+    assert proc.returncode == 0 and "share/a.md" in proc.stdout, proc.stderr
+    probe = ("from kbsync.store.edge.store import EdgeStore\n"
+             "from kbsync.store.base import Filter\n"
+             f"store = EdgeStore({str(read_only_home / 'qdrant')!r})\n"
+             "print(store.count('kbsync'))\n"
+             "try:\n    store.delete('kbsync', Filter.where(namespace='default'))\n"
+             "except Exception as exc:\n    print(type(exc).__name__)\n"
+             "store.close()\n")
+    proc = _without_dac(reader_env, sys.executable, "-c", probe)
+    assert proc.stdout.split() == ["1", "StoreReadOnly"], proc.stdout + proc.stderr
     _chmod_tree(read_only_home, writable=True)
-    proc = _without_dac(env, KBSYNC, "search", "harbour")
+    proc = _without_dac(reader_env, KBSYNC, "search", "harbour")
     assert proc.returncode == 0 and "share/a.md" in proc.stdout, proc.stderr

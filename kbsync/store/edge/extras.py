@@ -54,6 +54,9 @@ class EdgeExtras:
     def _require(self, name: str) -> Shard:
         raise NotImplementedError
 
+    def _writable(self, what: str) -> None:
+        raise NotImplementedError
+
     def scroll(
         self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
         with_vectors: bool = False, page_size: int = 1024,
@@ -104,6 +107,7 @@ class EdgeExtras:
         Returns ``{"points": sealed, "seconds": spent}`` (0 points: nothing was due); a
         missing collection seals nothing. Blocking: one engine call per segment due.
         """
+        self._writable(f"sealing collection {name!r}")
         handle = self._get(name)
         if handle is None:
             return {"points": 0, "seconds": 0.0}
@@ -118,6 +122,7 @@ class EdgeExtras:
         GIL-holding, for about a copy of the segments it rewrites: not on a request path.
         Returns whether anything was optimized.
         """
+        self._writable("optimizing")
         with self._lock:
             targets = list(self._shards.items()) if name is None else []
         if name is not None:
@@ -147,6 +152,7 @@ class EdgeExtras:
 
     def drop_collection(self, name: str) -> None:
         """Close and delete collection ``name`` (missing: nothing happens)."""
+        self._writable(f"dropping collection {name!r}")
         folder = self._folder(name)
         with self._lock:
             handle = self._shards.pop(name, None)
@@ -177,6 +183,7 @@ class EdgeExtras:
         without them, so the points they held count as missing and ``kbsync verify
         --repair`` rebuilds their documents from the files.
         """
+        self._writable(f"setting aside segments of collection {name!r}")
         folder = self._folder(name)
         segments = sorted({d.segment for d in damaged})
         self.release(name)

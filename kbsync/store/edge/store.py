@@ -44,11 +44,12 @@ import qdrant_edge as qe
 from kbsync import home
 from kbsync.store.edge import diskspace
 from kbsync.errors import (DimensionMismatch, KbsyncError, StoreError,
-                           StoreFailure, StoreUnavailable)
+                           StoreFailure, StoreReadOnly, StoreUnavailable)
 from kbsync.store import validate as cv
 from kbsync.store.edge import query as eq
 from kbsync.store.edge import seal as es
 from kbsync.store.edge.check import READ_ONLY_ERRNOS, read_only
+from kbsync.store.edge.readonly import PrivateCopies, refuse_write
 from kbsync.store.edge.extras import EdgeExtras
 from kbsync.store.edge.seal import Shard as _Shard
 from kbsync.models import SparseVec
@@ -85,10 +86,14 @@ class EdgeStore(EdgeExtras):
     def __init__(self, path: Path) -> None:
         """Open (creating if needed) the store folder and lock it.
 
+        A folder this process cannot write (a read-only mount, no write permission) is
+        opened for reading: each collection is read from a private copy and every write
+        is refused (:mod:`kbsync.store.edge.readonly`).
+
         Raises:
             StoreUnavailable: another store holds the folder.
-            StoreReadOnly: the folder cannot be written (the engine could not open it
-                even to read: :func:`kbsync.store.edge.check.read_only`).
+            StoreReadOnly: the folder cannot be written and there is nothing to read
+                (no store there), or its lock file cannot be read.
             StoreError: the folder cannot be created or locked.
         """
         self.path = Path(path)
@@ -96,6 +101,8 @@ class EdgeStore(EdgeExtras):
         self._lock = threading.Lock()  # guards _shards and _closed
         self._closed = False
         self._relay: Any = None  # kbsync.store.edge.relay.RelayServer while serving readers
+        self._copies: PrivateCopies | None = None  # set when the folder cannot be written
+        self._copy_of: dict[str, Path] = {}  # collection -> its private copy
         # Under the home's umask from here on: the engine writes its own files (0600).
         home.use_umask()
         try:
@@ -104,10 +111,11 @@ class EdgeStore(EdgeExtras):
             # collection still closes it and so releases the lock.
             self._lock_file: Any = open(self.path / _LOCK_FILE, "a+b")  # noqa: SIM115
         except OSError as exc:
-            if exc.errno in READ_ONLY_ERRNOS:
-                raise read_only(self.path, exc.strerror or str(exc)) from exc
-            raise StoreError(f"edge store: cannot open store folder {self.path}: {exc}") from exc
-        if fcntl is not None:
+            if exc.errno not in READ_ONLY_ERRNOS:
+                raise StoreError(
+                    f"edge store: cannot open store folder {self.path}: {exc}") from exc
+            self._lock_file = self._open_for_reading(exc.strerror or str(exc))
+        if fcntl is not None and self._lock_file is not None:
             try:
                 fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -118,9 +126,35 @@ class EdgeStore(EdgeExtras):
                     "Qdrant server via KBSYNC_QDRANT_URL)"
                 ) from exc
 
+    def _open_for_reading(self, cause: str) -> Any:
+        """The lock file opened read-only (``flock`` holds on it, so no writer changes the
+        files while they are copied), or ``None`` when there is none (a store on a
+        read-only mount: no writer can exist). Marks the store read through copies.
+
+        Raises:
+            StoreReadOnly: no store folder to read, or a lock file that cannot be read.
+        """
+        if not self.path.is_dir():
+            raise read_only(self.path, cause)
+        try:
+            lock_file = open(self.path / _LOCK_FILE, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            lock_file = None
+        except OSError as exc:
+            raise read_only(self.path, f"{cause}; lock file: {exc.strerror}") from exc
+        self._copies = PrivateCopies(self.path, cause)
+        return lock_file
+
+    def _writable(self, what: str) -> None:
+        """Refuse a write on a store read through private copies."""
+        if self._copies is not None:
+            raise refuse_write(self.path, what)
+
     # --- handles ------------------------------------------------------------
     def _folder(self, name: str) -> Path:
-        return self.path / cv.check_collection_name(name)
+        """Collection ``name``'s folder: its private copy once it has one."""
+        checked = cv.check_collection_name(name)
+        return self._copy_of.get(checked) or self.path / checked
 
     def _get(self, name: str) -> _Shard | None:
         """The open shard for ``name``, loading it on first use; ``None`` if missing."""
@@ -134,12 +168,28 @@ class EdgeStore(EdgeExtras):
             if not (folder / _CONFIG_FILE).is_file():
                 return None
             dimension, sparse = eq.read_config(folder, name)
-            diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
-            shard = es.load_shard(folder, name, es.load_config(folder, dimension, sparse=sparse))
+            shard = self._load(folder, name, dimension, sparse)
             with _errors("load", name):
                 unsealed = es.unsealed_points(shard)
             handle = self._shards[name] = _Shard(shard, dimension, sparse, unsealed=unsealed)
             return handle
+
+    def _load(self, folder: Path, name: str, dimension: int, sparse: bool) -> Any:
+        """The engine's shard of ``folder``; from a private copy when the store cannot be
+        written (found at open, or here when only the collection's files refuse it)."""
+        if self._copies is None:
+            diskspace.require_open(folder, name)  # on a full tmpfs, opening would SIGBUS
+            try:
+                return es.load_shard(folder, name,
+                                     es.load_config(folder, dimension, sparse=sparse))
+            except StoreReadOnly as exc:
+                if self._shards:  # written through already: never mix in a copy
+                    raise
+                self._copies = PrivateCopies(self.path, "its segments' files refuse writes")
+                log.debug("edge collection %s: %s", name, exc)
+        copy = self._copy_of[name] = self._copies.copy(folder, name)
+        diskspace.require_open(copy, name)
+        return es.load_shard(copy, name, es.load_config(copy, dimension, sparse=sparse))
 
     def _require(self, name: str) -> _Shard:
         handle = self._get(name)
@@ -166,6 +216,7 @@ class EdgeStore(EdgeExtras):
             DimensionMismatch: the existing collection has another dimension.
         """
         cv.check_dimension(dimension)
+        self._writable(f"writing collection {name!r}")
         handle = self._get(name)
         if handle is None:
             folder = self._folder(name)
@@ -211,6 +262,7 @@ class EdgeStore(EdgeExtras):
             StoreError: the collection does not exist.
             DimensionMismatch, InvalidVector, UsageError: see ``validate.validate_points``.
         """
+        self._writable(f"writing collection {name!r}")
         handle = self._require(name)
         valid = cv.validate_points(points, handle.dimension)
         if not handle.sparse and any(p.sparse is not None for p in valid):
@@ -225,6 +277,7 @@ class EdgeStore(EdgeExtras):
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids and a missing collection are ignored."""
         checked = cv.check_ids(ids)
+        self._writable(f"deleting from collection {name!r}")
         handle = self._get(name)
         if handle is None or not checked:
             return
@@ -238,6 +291,7 @@ class EdgeStore(EdgeExtras):
             UsageError: ``flt`` has no conditions (it would wipe the collection).
         """
         edge_filter = to_edge_filter(cv.require_conditions(flt))
+        self._writable(f"deleting from collection {name!r}")
         handle = self._get(name)
         if handle is None:
             return
@@ -326,6 +380,8 @@ class EdgeStore(EdgeExtras):
         """
         from kbsync.store.edge.relay import RelayServer
 
+        if self._copies is not None:  # read through private copies: nothing to serve
+            return False
         if self._relay is None:
             try:
                 self._relay = RelayServer.start(self, Path(socket_path))
@@ -359,7 +415,10 @@ class EdgeStore(EdgeExtras):
             except KbsyncError as exc:  # close the others, then report the first failure
                 log.error("closing edge collection %s failed: %s", cname, exc)
                 first_error = first_error or exc
-        self._lock_file.close()  # closing the file releases the flock
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing the file releases the flock
+        if self._copies is not None:
+            self._copies.remove()
         if first_error is not None:
             raise first_error
 
