@@ -187,8 +187,9 @@ class Settings(BaseSettings):
         60.0, ge=0, le=MAX_TIMEOUT_S, description="A run whose Prefect API stops answering ends within this "
         "many seconds with OrchestratorUnavailable; 0 = wait as long as Prefect retries.")
     query_timeout_s: float = Field(
-        10.0, gt=0, le=MAX_TIMEOUT_S, description="Budget of one search query's embedding, all attempts "
-        "together (openai), and of a search's expansion chat calls (MQE, HyDE) together: an "
+        10.0, gt=0, le=MAX_TIMEOUT_S, description="Budget of one search query's embedding (and of a HyDE "
+        "passage's), all attempts together (openai), and of a search's expansion chat calls "
+        "(MQE, HyDE) together: an "
         "endpoint that does not answer within it is named in one line.")
 
     @field_validator("home", mode="before")

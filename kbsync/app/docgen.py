@@ -127,7 +127,8 @@ NOTES: dict[str, str] = {
                        "the endpoint (exit 1), not 5 x `KBSYNC_EMBED_TIMEOUT_S`. A search's "
                        "`--mqe`/`--hyde` chat calls share one such budget: a chat endpoint that "
                        "does not answer within it costs it once, and the plain query is "
-                       "searched with one note.",
+                       "searched with one note; so does a HyDE passage the embedding "
+                       "endpoint does not embed within it.",
 }
 
 OTHER_NOTES: dict[str, str] = {

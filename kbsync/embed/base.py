@@ -106,8 +106,9 @@ class Embedder(Protocol):
     def embed_passages(self, texts: Sequence[str]) -> EmbedOutcome:
         """One vector per text, in input order, with counters (:class:`EmbedOutcome`)."""
 
-    def embed_query(self, text: str) -> list[float]:
-        """The vector of one query."""
+    def embed_query(self, text: str, *, kind: TextKind = TextKind.QUERY) -> list[float]:
+        """The vector of one text a person waits for: a query, or (``kind=PASSAGE``) a
+        search's HyDE passage, within the query's time budget."""
 
     def query_dimension(self) -> int:
         """:attr:`dimension` for the query side, probed within the query's time budget."""

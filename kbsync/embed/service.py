@@ -221,8 +221,9 @@ class EmbeddingService(BatchCalls):
                         "all failed" if outcome.all_failed else "partial")
         return outcome
 
-    def embed_query(self, text: str) -> list[float]:
-        """Embed one search query (with the model's query prefix, if any).
+    def embed_query(self, text: str, *, kind: TextKind = TextKind.QUERY) -> list[float]:
+        """Embed one search query (with the model's query prefix, if any), or with
+        ``kind=PASSAGE`` one passage a search waits for (HyDE's), within the same budget.
 
         Raises:
             EmbeddingTransientError: attempts exhausted (no fallback for queries), or
@@ -233,12 +234,12 @@ class EmbeddingService(BatchCalls):
         if self._dimension is None:
             self._dimension = self._query_attempts(lambda: int(self._provider.dimension), deadline)
         dim = self._dimension
-        key = cache_key(self.provider, self.model, dim, TextKind.QUERY, text)
+        key = cache_key(self.provider, self.model, dim, kind, text)
         if self._cache is not None:
             hit = self._cache.get(key)
             if hit is not None and self._valid(hit, dim):
                 return hit
-        result = self._query_attempts(lambda: self._call([text], TextKind.QUERY, dim), deadline)
+        result = self._query_attempts(lambda: self._call([text], kind, dim), deadline)
         vector = result.vectors[0]
         if self._cache is not None:
             self._cache.set(key, vector)

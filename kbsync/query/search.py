@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from kbsync.query import expand
 from kbsync.query.filters import SearchFilters, stale_note
 from kbsync.query.request import MAX_K, SearchMode, SearchRequest, as_request
-from kbsync.errors import KbsyncError
+from kbsync.errors import EmbeddingError, KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, Fusion, fuse, fusion_for
 from kbsync.query.llm import ChatModel, chat_model
 from kbsync.catalog.identity import check_query_embedder
@@ -234,11 +234,14 @@ def _search_one(probe: _Probe, *, store: VectorStore, service: Embedder, collect
                 sparse: SparseEncoder) -> list[ScoredPoint] | None:
     """Candidates for one text; ``None`` when a HyDE passage could not be embedded."""
     if probe.passage:
-        outcome = service.embed_passages([probe.text])
-        if outcome.failed[0]:
-            _note(notes, "hyde skipped: the hypothetical passage could not be embedded")
+        from kbsync.embed.base import TextKind
+
+        try:  # within the query budget, as the query itself: a person waits
+            vector = service.embed_query(probe.text, kind=TextKind.PASSAGE)
+        except EmbeddingError as exc:
+            _note(notes, "hyde skipped: the hypothetical passage could not be embedded "
+                         f"({' '.join(str(exc).split())[:200]})")
             return None
-        vector = outcome.vectors[0]
     else:
         vector = service.embed_query(probe.text)
     if mode is SearchMode.DENSE:

@@ -14,6 +14,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from kbsync.embed import EmbeddingService, HashEmbedder  # noqa: E402
+from kbsync.embed.base import TextKind  # noqa: E402
 from kbsync.store.edge.store import EdgeStore  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer  # noqa: E402
 
@@ -43,9 +44,9 @@ class RecordingService:
     def model(self) -> str:
         return self._service.model
 
-    def embed_query(self, text: str) -> list[float]:
-        self.queries.append(text)
-        return self._service.embed_query(text)
+    def embed_query(self, text: str, *, kind=TextKind.QUERY) -> list[float]:
+        (self.passages if kind is TextKind.PASSAGE else self.queries).append(text)
+        return self._service.embed_query(text, kind=kind)
 
     def embed_passages(self, texts):
         self.passages.extend(texts)

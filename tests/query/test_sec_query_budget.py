@@ -129,3 +129,41 @@ def test_a_search_without_configured_dimensions_probes_within_the_budget(indexed
     assert f"127.0.0.1:{server.port}" in lines[0] and "KBSYNC_QUERY_TIMEOUT_S" in lines[0]
     first = server.embedding_requests()[0].received_at
     assert time.time() - first <= BUDGET_S + SLACK_S, took
+
+
+def test_a_hyde_passage_the_endpoint_never_embeds_costs_the_budget(edge, chat):
+    """HyDE's passage was embedded as a batch is (5 attempts x 60 s); it now shares the
+    query's budget, and a passage that cannot be embedded is one note, not a failure."""
+    import uuid
+
+    from kbsync.embed import EmbeddingService
+    from kbsync.embed.openai_provider import OpenAIEmbedder
+    from kbsync.query.llm import ChatClient
+    from kbsync.query.search import search
+    from kbsync.store import Point
+
+    reply = "Bills are emailed on the first business day of each month."
+    chat.chat_reply = reply
+    embedder = OpenAIEmbedder("fake-embedding", base_url=chat.url, api_key="k", dimensions=8,
+                              timeout_s=60.0)
+    service = EmbeddingService(embedder, cache=None, query_budget_s=1.0)
+    texts = [f"invoices are emailed on business day {i}" for i in range(6)]
+    edge.ensure_collection("chunks", dimension=8, keyword_indexes=("namespace",))
+    edge.upsert("chunks", [
+        Point(str(uuid.uuid5(uuid.NAMESPACE_URL, t)), {"namespace": "default", "doc_id": f"d{i}",
+              "text": t, "chunk_index": 0, "embedding_failed": False}, v)
+        for i, (t, v) in enumerate(zip(texts, service.embed_passages(texts).vectors))])
+    chat.set_faults(lambda request: Fault.stall(600)
+                    if any(reply[:30] in text for text in request.inputs) else None)
+    llm = ChatClient("fake-chat", base_url=chat.url, timeout_s=30.0, max_attempts=1)
+
+    began = time.monotonic()
+    result = search("when do bills arrive", store=edge, service=service, collection="chunks",
+                    k=3, mode="dense", hyde=True, llm=llm)
+
+    assert time.monotonic() - began < 1.0 + SLACK_S
+    assert len(result.results) == 3  # the plain query's hits
+    assert [n for n in result.notes if n.startswith(
+        "hyde skipped: the hypothetical passage could not be embedded")], result.notes
+    assert len([r for r in chat.embedding_requests()
+                if any(reply[:30] in text for text in r.inputs)]) == 1  # no retry past it
