@@ -120,6 +120,11 @@ _PLACEHOLDER_PARTS = ("xxx", "***", "...", "your", "example", "placeholder", "ch
                       "redacted", "<", ">", "${", "$(", "{{", "}}", "%(", "%s")
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _WORD_ONLY = re.compile(r"[A-Za-z_-]+")
+_CODE_NAME = re.compile(r"_*(?:[a-z]+(?:_[a-z]+)+|[a-z]*(?:[A-Z][a-z]+){2,}|[A-Z]+(?:_[A-Z]+)+)")
+"""A name in code, at any length: snake_case, CamelCase or UPPER_SNAKE, letters only
+(``token=reservation_token,``, ``_token: AttributeEventToken``, ``total_tokens =
+effective_max_concurrency``): found in real Python sources, never the shape of a random
+secret (which holds digits or mixes case without word structure)."""
 
 
 def _plausible_value(value: str) -> bool:
@@ -137,6 +142,8 @@ def _plausible_value(value: str) -> bool:
     if value.isdigit() or set(lowered) <= {"x", "*", "-", "_", "0", "."}:
         return False
     if _WORD_ONLY.fullmatch(value) and len(value) < 16:  # a word or an identifier
+        return False
+    if _CODE_NAME.fullmatch(value) or " " in value:  # a name in code, or words of prose
         return False
     # code: self.token, os.environ["X"], get_password()
     return _DOTTED_NAME.fullmatch(value) is None and "(" not in value and "[" not in value

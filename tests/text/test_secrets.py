@@ -95,6 +95,14 @@ PROSE = [
     "# Tokens\nA token is a string the server hands out; keep it secret.\n",
     ("The passphrase protects the secret key. If you forget your passphrase, the key is "
      "lost: gpg cannot recover it. Use a long passphrase made of several words.\n"),
+    # names in real Python sources (SQLAlchemy, pydantic, Prefect): 15 of 3,732 files of
+    # their packages were refused as holding a secret before code names were told apart
+    "    _bulk_replace_token: AttributeEventToken\n",
+    "        file_secret_settings: PydanticBaseSettingsSource,\n",
+    "                    reservation_token=reservation_token,\n",
+    "            self._limiter.total_tokens = effective_max_concurrency\n",
+    "    SECRET_NAME_VAR: DEFAULT_SECRET_NAME\n",
+    '            "wallet_password": "top secret",  # password for the PEM file\n',
 ]
 
 
