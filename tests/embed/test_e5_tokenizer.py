@@ -95,8 +95,10 @@ def test_ids_equal_the_former_unigrams_but_for_its_ties(source, tokenizer, corpu
     """Same ids as the ``tokenizers`` Unigram, except where it broke an exact tie otherwise."""
     ours, former = tokenizer.encode(corpus), UnigramReference(source).encode(corpus)
     differing = [i for i, (a, b) in enumerate(zip(ours, former)) if a != b]
-    # Measured: 5 of 767, each a run of '-' or '=' cut into the same pieces in another order.
-    assert len(differing) <= len(corpus) // 100, [corpus[i][:80] for i in differing]
+    # Measured: 5 of 767, each a run of '-' or '=' cut into the same pieces in another order;
+    # 4 of 315 when only the Debian packages are cached (git-doc's rulers weigh more): the
+    # bound is a smoke check, the loop below is the rule (every difference an exact tie).
+    assert len(differing) <= len(corpus) // 50, [corpus[i][:80] for i in differing]
     for i in differing:
         assert abs(_score(source, ours[i]) - _score(source, former[i])) < 1e-3
         pieces = ["".join(source.pieces[t] for t in ids) for ids in (ours[i], former[i])]
