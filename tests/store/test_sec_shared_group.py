@@ -76,7 +76,8 @@ def _shim(place: Path) -> Path:
     venv (3.11.7) lacks; the system 3.11.2 gets the standard library's equivalent."""
     folder = place / "shim"
     if not folder.exists():
-        folder.mkdir(mode=0o755)
+        folder.mkdir()
+        folder.chmod(0o755)  # whatever the umask an earlier test's store left (0077)
         (folder / "async_timeout.py").write_text("from asyncio import timeout  # noqa: F401\n")
         (folder / "async_timeout.py").chmod(0o644)
     return folder
