@@ -2,7 +2,7 @@
 
 Usage (not collected by pytest; one run prints one table)::
 
-    .venv/bin/python tests/bench/e5_onnx_bench.py [--chunks 250] [--variants q4,int8]
+    .venv/bin/python tests/bench/e5_onnx_bench.py [--chunks 250] [--variants q4,int8,fp32,int8-outliers]
 
 On the same real chunks of about 1,200 characters (``--chunks`` English ones from git-doc
 and as many Chinese ones from the zh-CN debian-handbook, :mod:`tests.embed.e5_real`):
@@ -101,7 +101,7 @@ def peak_rss_mb(name: str, texts: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--chunks", type=int, default=250, help="chunks per language")
-    parser.add_argument("--variants", default="q4", help="ONNX e5 variants: q4,int8")
+    parser.add_argument("--variants", default="q4", help="ONNX e5 variants: q4,int8,fp32,int8-outliers")
     args = parser.parse_args()
     if not e5_real.available():
         sys.exit(f"real Debian doc packages not found under {e5_real.PKGS}")
