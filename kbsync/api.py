@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from kbsync.app.locks import write_locks
 from kbsync.errors import UsageError
 from kbsync.catalog.lock import DistributedLock, WriteLocks
 from kbsync.models import DocStatus, PlanAction, SourceFile, control_character
+from kbsync.perms.rule import owner_only_profile
 from kbsync.query.request import SearchRequest, as_request
 from kbsync.settings import Settings, load_settings
 from kbsync.store.base import Filter
@@ -182,9 +184,12 @@ class KnowledgeBase:
 
         runtime = self._open(embed=True)
         data = text.encode("utf-8")
+        # A text is no file of a share: only its writer (the store's owner) and root read it.
+        access = owner_only_profile(os.geteuid())
         source = SourceFile(doc_id=doc_id, root=API_ROOT, path=Path(doc_id), rel_path=doc_id,
                             size=len(data), mtime_ns=0,
-                            content_hash=hashlib.sha256(data).hexdigest())
+                            content_hash=hashlib.sha256(data).hexdigest(),
+                            access=access.id, access_grants=access.grants)
         request = TextRequest(source=source, text=text, title=title or _title(text, doc_id),
                               namespace=namespace, run_id=f"api-{uuid.uuid4()}")
         done = ingest_text(request, InProcess(runtime, locks=self._locks, purpose="add_text"))
@@ -211,7 +216,9 @@ class KnowledgeBase:
         <kbsync.query.request.SearchRequest.build>`: ``k`` (default 5), ``min_score``,
         ``mode``, ``mqe``, ``hyde``, and the filters ``root``, ``path_prefix``, ``types``
         (``"pdf,html"`` or a list) and ``modified_since`` (ISO string, date or datetime;
-        no timezone = UTC), which narrow the namespace (:mod:`kbsync.query.filters`).
+        no timezone = UTC), which narrow the namespace (:mod:`kbsync.query.filters`), and
+        ``as_user`` (a user name or uid): only what that user may read on the share, never
+        more than this process may (docs/permissions.md).
         ``llm``: the chat model of ``mqe``/``hyde`` (none: the plain query is searched, and
         a note says so).
 
@@ -258,12 +265,13 @@ class KnowledgeBase:
         return ask(request, store=runtime.store, service=runtime.service,
                    collection=runtime.collection, llm=model)
 
-    def stats(self, namespace: str | None = None) -> Stats:
-        """Documents, chunks and failed embeddings per namespace (loads no model)."""
+    def stats(self, namespace: str | None = None, *, as_user: str | None = None) -> Stats:
+        """Documents, chunks and failed embeddings per namespace (loads no model), of what
+        this process may read, narrowed to what ``as_user`` may read when given."""
         from kbsync.query.stats import collect_stats
 
         runtime = self._open(embed=False)
-        return Stats(**collect_stats(runtime.store, self.settings, namespace))
+        return Stats(**collect_stats(runtime.store, self.settings, namespace, as_user=as_user))
 
     def delete(self, doc_id: str, namespace: str = "default") -> DeleteResult:
         """Remove one document (points, then state record) under the write lock.
@@ -371,8 +379,8 @@ def add_text(text: str, doc_id: str, namespace: str = "default", *,
 def search(query: str | SearchRequest, namespace: str | None = None, *,
            settings: Settings | None = None, llm: ChatModel | None = None,
            **options: Any) -> SearchResult:
-    """See :meth:`KnowledgeBase.search` (options: k, min_score, mode, mqe, hyde, and the
-    filters root, path_prefix, types, modified_since)."""
+    """See :meth:`KnowledgeBase.search` (options: k, min_score, mode, mqe, hyde, the
+    filters root, path_prefix, types, modified_since, and as_user)."""
     with KnowledgeBase(settings) as kb:
         return kb.search(query, namespace, llm=llm, **options)
 
@@ -380,16 +388,17 @@ def search(query: str | SearchRequest, namespace: str | None = None, *,
 def ask(question: str | SearchRequest, namespace: str | None = None, *,
         settings: Settings | None = None, llm: ChatModel | None = None,
         **options: Any) -> Answer:
-    """See :meth:`KnowledgeBase.ask` (options: k, min_score, and the filters root,
-    path_prefix, types, modified_since)."""
+    """See :meth:`KnowledgeBase.ask` (options: k, min_score, the filters root,
+    path_prefix, types, modified_since, and as_user)."""
     with KnowledgeBase(settings) as kb:
         return kb.ask(question, namespace, llm=llm, **options)
 
 
-def stats(namespace: str | None = None, *, settings: Settings | None = None) -> Stats:
+def stats(namespace: str | None = None, *, settings: Settings | None = None,
+          as_user: str | None = None) -> Stats:
     """See :meth:`KnowledgeBase.stats`."""
     with KnowledgeBase(settings) as kb:
-        return kb.stats(namespace)
+        return kb.stats(namespace, as_user=as_user)
 
 
 def delete(doc_id: str, namespace: str = "default", *,

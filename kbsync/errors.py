@@ -80,6 +80,7 @@ class ErrorCode(str, Enum):
     LockHeld = "LockHeld"
     InternalError = "InternalError"
     RootConflict = "RootConflict"
+    PermissionsNotCaptured = "PermissionsNotCaptured"
     EmbedderMismatch = "EmbedderMismatch"
     MassDeleteRefused = "MassDeleteRefused"
     OrchestratorUnavailable = "OrchestratorUnavailable"
@@ -323,6 +324,12 @@ class InternalError(PermanentError):
 
 class RootConflict(UsageError):
     """A root NAME is bound to another path in this namespace, or roots overlap."""
+
+
+class PermissionsNotCaptured(UsageError):
+    """A search as another reader (``--as-user``) of a namespace whose documents carry no
+    permissions yet (written before they were captured): the next ingest of the named
+    roots records them, with nothing converted or embedded again."""
 
 
 class EmbedderMismatch(UsageError):

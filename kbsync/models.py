@@ -136,6 +136,10 @@ class SourceFile:
     # The resolved root it was found under: every read of the file must stay inside it
     # (kbsync.convert.safe_read). None for texts that are no file (the Python API).
     root_path: Path | None = None
+    # Who may read it (kbsync.perms.rule.Profile): its id and grant keys, captured at
+    # discovery from stat and the access ACL. None for texts that are no file.
+    access: str | None = None
+    access_grants: tuple[str, ...] = ()
 
     @property
     def display(self) -> str:
@@ -221,6 +225,10 @@ class DocState:
     """Pages without a usable text layer at the last write; ``None`` in records written
     before OCR existed (unknown). Decides whether OCR settings enter the document's
     fingerprint (:func:`kbsync.catalog.state.document_fingerprint`)."""
+    access: str | None = None
+    """The id of the permission profile its points carry (:mod:`kbsync.perms.rule`);
+    ``None`` in records written before permissions were captured: the next run sets it
+    without converting or embedding (``permissions_updated``)."""
 
     def to_payload(self) -> dict[str, Any]:
         """The record as a JSON-able payload."""
@@ -240,7 +248,7 @@ class DocState:
         return cls(**data)
 
 
-_SHARED_FIELDS = ("namespace", "root", "fingerprint", "run_id")
+_SHARED_FIELDS = ("namespace", "root", "fingerprint", "run_id", "access")
 """DocState fields whose values most records share: interned on load."""
 
 

@@ -13,11 +13,17 @@ SAMPLE = REPO / "data" / "sample"
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:
-    """Create text files under root (parents made as needed)."""
+    """Create text files under root (parents made as needed), as a share's usually are:
+    files 0644 and the folders made here 0755, whatever umask an opened home left
+    (kbsync.home), so their permission profiles do not depend on the tests before."""
     for rel, text in files.items():
         path = root / rel
+        missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
         path.parent.mkdir(parents=True, exist_ok=True)
+        for folder in missing:
+            folder.chmod(0o755)
         path.write_text(text, encoding="utf-8")
+        path.chmod(0o644)
 
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))

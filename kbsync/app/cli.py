@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--namespace", type=namespace_argument, default=None,
                     help="only this namespace")
     st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    cli_filters.register_reader(st)
     cli_ask.register(sub)
     cli_eval.register(sub)
     cli_remove.register(sub)
@@ -296,7 +297,7 @@ def _stats(args, settings) -> int:
         data = empty_stats(settings, args.namespace)
     else:
         try:
-            data = collect_stats(store, settings, args.namespace)
+            data = collect_stats(store, settings, args.namespace, as_user=args.as_user)
         finally:
             store.close()
     if args.json:

@@ -33,7 +33,7 @@ def register(sub) -> None:
     ev.add_argument("--accept", action="store_true",
                     help="record a drop as the new baseline instead of failing")
     ev.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    cli_filters.register(ev)
+    cli_filters.register(ev, reader=False)
 
 
 def run_eval(args, settings) -> int:

@@ -35,8 +35,9 @@ def _checked(name: str):
     return check
 
 
-def register(parser: argparse.ArgumentParser) -> None:
-    """Add ``--root``, ``--path-prefix``, ``--type`` and ``--modified-since`` to ``parser``."""
+def register(parser: argparse.ArgumentParser, *, reader: bool = True) -> None:
+    """Add ``--root``, ``--path-prefix``, ``--type`` and ``--modified-since`` to ``parser``,
+    and ``--as-user`` with ``reader``."""
     group = parser.add_argument_group(
         "filters", "narrow the namespace (all given filters must hold; chunks ingested before "
                    "these filters existed lack folders and dates until re-ingested)")
@@ -52,6 +53,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--modified-since", type=_checked("parse_since"), default=None,
                        metavar="DATE", help="only files modified at or after DATE (ISO date or "
                                             "datetime, e.g. 2024-05-01; no timezone = UTC)")
+    if reader:
+        register_reader(parser)
+
+
+def register_reader(parser: argparse.ArgumentParser) -> None:
+    """Add ``--as-user``: see what another user may read (docs/permissions.md)."""
+    parser.add_argument("--as-user", default=None, metavar="USER",
+                        help="answer as USER (a name or uid) would be answered: only documents "
+                             "USER may read on the share, as the kernel decides (never more "
+                             "than this process may read)")
 
 
 def filters_of(args: Any) -> SearchFilters:
@@ -70,4 +81,5 @@ def request_of(args: Any, query: str, **options: Any) -> SearchRequest:
     from kbsync.query.request import SearchRequest
 
     return SearchRequest(query=query, namespace=args.namespace, k=args.k,
-                         filters=filters_of(args), **options)
+                         filters=filters_of(args), as_user=getattr(args, "as_user", None),
+                         **options)

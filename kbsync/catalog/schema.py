@@ -22,8 +22,9 @@ from kbsync.text.context import contextual_text
 from kbsync.text.sparse import SparseEncoder
 
 POINT_NAMESPACE = uuid.UUID("1b6f2a8e-0d4c-4f3b-9a57-7c2e5d9e8a10")
-# root: the per-root store check counts by it; root, folders, source_type: query-time filters
-CHUNK_INDEXES = ("namespace", "doc_id", "root", "folders", "source_type")
+# root: the per-root store check counts by it; root, folders, source_type: query-time filters;
+# access: every reader's search filters on it (kbsync.catalog.access)
+CHUNK_INDEXES = ("namespace", "doc_id", "root", "folders", "source_type", "access")
 CHUNK_BOOL_INDEXES = ("embedding_failed",)  # every search filters on it: index it
 CHUNK_INTEGER_INDEXES = ("modified", "payload_version")  # --modified-since; old-point check
 PAYLOAD_VERSION = 2
@@ -98,6 +99,7 @@ def build_points(doc: PreparedDoc, namespace: str, *, sparse: SparseEncoder) -> 
             "embedding_failed": failed, "title": doc.title, "source_type": doc.source_type,
             "folders": folders_of(doc.source.rel_path), "modified": doc.source.mtime_ns // 10**9,
             "payload_version": PAYLOAD_VERSION, **doc.extra_payload, **ocr_payload(doc, chunk),
+            **({"access": doc.source.access} if doc.source.access is not None else {}),
         }
         points.append(Point(id=point_id(namespace, doc.source.doc_id, chunk.chunk_index,
                                         chunk.text), payload=payload, vector=vector,

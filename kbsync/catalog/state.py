@@ -95,11 +95,14 @@ class StateStore:
         self._store = store
         self._collection = collection
         self._ready = False
+        # ids of the permission profiles this process wrote (kbsync.catalog.access)
+        self.profiles_written: set[str] = set()
 
     def _ensure(self) -> None:
         if not self._ready:
             self._store.ensure_collection(
-                self._collection, dimension=1, keyword_indexes=("namespace", "root", "doc_id"))
+                self._collection, dimension=1,
+                keyword_indexes=("namespace", "root", "doc_id", "access"))
             self._ready = True
 
     @staticmethod
@@ -185,13 +188,14 @@ class StateStore:
             Point(id=self.record_id(s.namespace, s.doc_id), payload=s.to_payload(),
                   vector=STATE_VECTOR) for s in states])
 
-    def read_meta(self, kind: str, **match: str) -> list[dict[str, Any]]:
+    def read_meta(self, kind: str, *, page_size: int = 64, **match: str) -> list[dict[str, Any]]:
         """Payloads of the meta records of ``kind`` matching ``match`` (a keyword-index
         lookup on their shared ``doc_id`` marker, never a scan of the documents)."""
         if self._store.collection_dimension(self._collection) is None:
             return []
         flt = Filter.where(doc_id=f"<kbsync:{kind}>", **{META_KEY: kind}, **match)
-        return [p.payload for p in self._store.scroll(self._collection, flt, page_size=64)]
+        return [p.payload for p in self._store.scroll(self._collection, flt,
+                                                      page_size=page_size)]
 
     def write_meta(self, kind: str, key: Sequence[str], payload: Mapping[str, Any]) -> None:
         """Insert or replace the meta record ``(kind, *key)``."""

@@ -80,6 +80,8 @@ class RootPlan:
     # full mode: recorded documents the run's include/exclude filters leave out (kept)
     kept_excluded: list[str] = field(default_factory=list)
     cursor: PlanCursor | None = None
+    # the run's include/exclude filters left part of the root unlooked at
+    filtered: bool = False
 
     def to_process(self) -> list:
         """New and changed items, in doc_id order."""
@@ -121,7 +123,7 @@ def plan_root(
     states = runtime.states.load_docs(namespace, [f.doc_id for f in files])
     plan = plan_files(files, states, fingerprint=runtime.fingerprint, ocr_key=runtime.ocr_key,
                       force=force, repair=cursor.damaged)
-    result = RootPlan(root=root, discovery=found, plan=plan)
+    result = RootPlan(root=root, discovery=found, plan=plan, filtered=bool(include or exclude))
     _advance(cursor, result, files, matched=len(states))
     found.files = []  # the plan holds them now, hashed: a root's run keeps one copy, not two
     if more:

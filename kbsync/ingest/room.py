@@ -11,7 +11,7 @@ from kbsync.ingest.context import IngestContext
 from kbsync.ingest.plan import RootPlan
 from kbsync.ingest.stages import DocWork, StageResult, heal_stage, write_stage
 from kbsync.ingest.classify import PlanItem
-from kbsync.ingest.write import delete_documents, touch_states
+from kbsync.ingest.write import delete_documents, touch_states, update_permissions
 from kbsync.models import PlanAction
 from kbsync.store.edge import diskspace
 from kbsync.text.sparse import term_bound
@@ -65,13 +65,19 @@ def heal_batch(items: Sequence[PlanItem], ctx: IngestContext, *, namespace: str,
         return heal_stage(items, runtime=ctx, namespace=namespace, run_id=run_id)
 
 
-def finish_unchanged(rp: RootPlan, ctx: IngestContext) -> None:
-    """Refresh size/mtime of unchanged files whose hash was checked."""
+def finish_unchanged(rp: RootPlan, ctx: IngestContext, namespace: str) -> int:
+    """Refresh size/mtime of unchanged files whose hash was checked, and give the points of
+    those whose permissions changed (or were never recorded) their new profile: nothing
+    converted or embedded. Returns how many documents took new permissions."""
     pairs = [(i.file, i.previous) for i in rp.plan.of(PlanAction.UNCHANGED)
              if i.file is not None and i.previous is not None]
-    stale = any((p.size, p.mtime_ns) != (f.size, f.mtime_ns) for f, p in pairs)
+    moved = [f for f, p in pairs if f.access is not None and f.access != p.access]
+    stale = bool(moved) or any((p.size, p.mtime_ns) != (f.size, f.mtime_ns) for f, p in pairs)
     with room_for([], ctx, what="refreshing state records", writes=stale):
+        update_permissions(moved, store=ctx.store, states=ctx.states,
+                           collection=ctx.collection, namespace=namespace)
         touch_states([f for f, _ in pairs], [p for _, p in pairs], ctx.states)
+    return len(moved)
 
 
 def delete_missing(rp: RootPlan, ctx: IngestContext, namespace: str) -> int:

@@ -194,12 +194,12 @@ def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executo
                 tally.add(executor.call(steps.heal, CONTEXT, healing, request.namespace,
                                         request.run_id, label=f"heal {spec.name}"))
             work.reported(len(batches))
-            deleted = executor.call(steps.finish_root, CONTEXT, rp, request.namespace,
+            finished = executor.call(steps.finish_root, CONTEXT, rp, request.namespace,
                                     label=f"finish-root {spec.name}")
     except BaseException as exc:
         tally.stopped(exc, at_work=work.items(at_work=True), not_begun=work.items(at_work=False))
         raise
-    tally.finished(rp, deleted)
+    tally.finished(rp, *finished)
     return done
 
 

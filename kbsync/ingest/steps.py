@@ -25,6 +25,7 @@ from kbsync.ingest.plan import DeleteGuard, PlanCursor, RootPlan, plan_root, pre
 from kbsync.ingest.stages import (StageResult, chunk_stage, convert_stage, embed_stage,
                                   screen_stage)
 from kbsync.ingest.classify import PlanItem
+from kbsync.catalog.access import mark_captured
 from kbsync.models import RootSpec, SyncMode
 from kbsync.text.chunk import ChunkConfig
 
@@ -168,11 +169,17 @@ def heal(ctx: IngestContext, items: Sequence[PlanItem], namespace: str,
     return room.heal_batch(items, ctx, namespace=namespace, run_id=run_id)
 
 
-def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> int:
-    """Refresh unchanged files' stat records; delete the documents the plan deletes (its
-    last slice's ``to_delete``). Returns how many were deleted."""
-    room.finish_unchanged(rp, ctx)
-    return room.delete_missing(rp, ctx, namespace)
+def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> tuple[int, int]:
+    """Refresh unchanged files' stat records and permissions; delete the documents the plan
+    deletes (its last slice's ``to_delete``); after the root's last slice of a run that
+    looked at all of it, record that its documents carry their permissions
+    (:func:`kbsync.catalog.access.mark_captured`). Returns ``(deleted,
+    permissions_updated)``."""
+    moved = room.finish_unchanged(rp, ctx, namespace)
+    deleted = room.delete_missing(rp, ctx, namespace)
+    if rp.cursor is None and not rp.filtered:
+        mark_captured(ctx.states, namespace, rp.root.name)
+    return deleted, moved
 
 
 BATCH_STAGES = (convert, chunk, embed, upsert)

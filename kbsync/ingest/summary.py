@@ -29,7 +29,8 @@ from kbsync.convert import ignored_kind
 from kbsync.errors import EmbeddingOutage, ErrorCode, KbsyncError
 from kbsync.ingest.classify import PlanItem
 from kbsync.ingest.plan import RootPlan
-from kbsync.models import Failure
+from kbsync.ingest.permission_counts import owner_only_warning, permission_counts
+from kbsync.models import Failure, PlanAction
 
 
 class Count(str, Enum):
@@ -114,6 +115,14 @@ class IngestSummary:
     # planned, never begun: the run stopped (a refusal, DiskFull, a signal) before their
     # batch; not failures of theirs, and the next run takes them up (issue 37)
     not_attempted: int = 0
+    # documents whose points took new permissions with nothing converted or embedded (a
+    # chmod, chown or setfacl of the file or a folder above it; a store from before
+    # permissions were captured): docs/permissions.md
+    permissions_updated: int = 0
+    # documents whose permissions could not be read: visible to root only, named in a warning
+    permissions_unreadable: int = 0
+    # documents nobody but their owner (and root) may read: other readers never see them
+    owner_only: int = 0
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -189,17 +198,25 @@ def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
     summary.kept_unreadable += len(rp.kept_unreadable)
     summary.kept_excluded += len(rp.kept_excluded)
     summary.files_hashed += rp.plan.hashed
+    owner_only, unreadable, warning = permission_counts(rp)
+    summary.owner_only += owner_only
+    summary.permissions_unreadable += unreadable
+    summary.warnings.extend([warning] if warning else [])
     summary.warnings.extend(rp.warnings)
     summary.warnings.extend(f.message for f in rp.discovery.problems)
     _add_failures(summary, rp.plan.failures)
 
 
 def account_dry_run(summary: IngestSummary, rp: RootPlan) -> None:
-    """What a dry run reports: the plan's new/changed as added/updated, deletions as deleted."""
+    """What a dry run reports: the plan's new/changed as added/updated, deletions as deleted,
+    unchanged documents whose permissions changed as permissions_updated."""
     counts = rp.plan.counts()
     summary.added += counts["new"]
     summary.updated += counts["changed"] + counts["heal"]
     summary.deleted += len(rp.to_delete)
+    summary.permissions_updated += sum(
+        1 for i in rp.plan.of(PlanAction.UNCHANGED) if i.file is not None and i.previous
+        is not None and i.file.access is not None and i.file.access != i.previous.access)
 
 
 def account_stage(summary: IngestSummary, result: StageCounts) -> None:
@@ -327,9 +344,11 @@ class Tally:
         for result in results:
             account_stage(self.summary, result)
 
-    def finished(self, rp: RootPlan, deleted: int) -> None:
-        """A root's end: the documents its deletions removed, its repaired count."""
+    def finished(self, rp: RootPlan, deleted: int, permissions_updated: int = 0) -> None:
+        """A root's end: the documents its deletions removed, those whose points took new
+        permissions, its repaired count."""
         self.summary.deleted += deleted
+        self.summary.permissions_updated += permissions_updated
         account_repaired(self.summary, rp)
 
     def merge(self, part: dict) -> None:
@@ -345,6 +364,9 @@ class Tally:
         """
         summary = self.summary
         summary.duration_s = round(time.perf_counter() - started, 3)
+        warning = owner_only_warning(summary.files_seen, summary.owner_only)
+        if warning is not None:
+            summary.warnings.append(warning)
         if summary.embedding_outage():
             outage = EmbeddingOutage(f"every document failed to embed ({summary.failed} files); "
                                      "the embedding endpoint looks down; nothing new was stored")

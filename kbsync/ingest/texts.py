@@ -13,7 +13,7 @@ the run goes on, the one document's failure is raised.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kbsync import errors
 from kbsync.errors import EmbeddingOutage, EmptyDocument, KbsyncError, RootConflict
@@ -22,6 +22,7 @@ from kbsync.catalog import identity
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.executor import CONTEXT, Executor
 from kbsync.ingest.stages import DocWork, StageResult
+from kbsync.ingest.write import update_permissions
 from kbsync.ingest.classify import PlanItem, classify
 from kbsync.models import DocState, Document, Failure, PlanAction, SourceFile, name_key
 
@@ -52,6 +53,19 @@ def plan_text(ctx: IngestContext, source: SourceFile, namespace: str) -> PlanIte
     same_settings = previous is not None and previous.fingerprint == ctx.fingerprint
     return PlanItem(classify(previous, source.content_hash, same_settings=same_settings), source,
                     previous)
+
+
+def refresh_access(ctx: IngestContext, source: SourceFile, previous: DocState,
+                   namespace: str) -> DocState:
+    """An unchanged text's state, its points given the text's profile first when its record
+    names another (or none: written before permissions were captured)."""
+    if source.access is None or source.access == previous.access:
+        return previous
+    update_permissions([source], store=ctx.store, states=ctx.states, collection=ctx.collection,
+                       namespace=namespace)
+    state = replace(previous, access=source.access)
+    ctx.states.commit([state])
+    return state
 
 
 def check_owner(ctx: IngestContext, source: SourceFile, namespace: str) -> None:
@@ -101,7 +115,9 @@ def ingest_text(request: TextRequest, executor: Executor) -> TextOutcome:
         item = executor.call(plan_text, CONTEXT, request.source, ns, label="plan")
         if item.action is PlanAction.UNCHANGED:
             assert item.previous is not None
-            return TextOutcome(item.action, item.previous)
+            state = executor.call(refresh_access, CONTEXT, request.source, item.previous, ns,
+                                  label="permissions")
+            return TextOutcome(item.action, state)
         if item.action is PlanAction.HEAL:
             counters = _raise_failures(executor.call(steps.heal, CONTEXT, [item], ns, run_id,
                                                      label="heal")).counters

@@ -30,6 +30,8 @@ import fnmatch
 
 from kbsync.errors import ErrorCode
 from kbsync.models import Failure, RootSpec, SourceFile, display_path, display_text
+from kbsync.perms.acl import EXECUTE, READ, AclUnreadable, grant_of
+from kbsync.perms.rule import UNREADABLE, Profile
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,10 @@ class Discovery:
     problems: list[Failure] = field(default_factory=list)  # unreadable dirs, escaping links
     quiet: bool = False  # problems recorded, not logged (a walk that is done again next)
     problem_counts: dict[str, int] = field(default_factory=dict)  # per error kind, whole root
+    # doc_ids whose permissions could not be read (visible to root only), with the reason
+    unreadable_access: list[tuple[str, str]] = field(default_factory=list)
+    # one Profile per distinct permissions: files share its id and grants, not copies
+    profiles: dict[tuple[str, tuple[str, ...]], Profile] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,21 +88,45 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
     """
     root = result.root
     visited = set() if visited is None else visited
-    stack = [_listing(result, root.path, "", visited, after)]
+    # Each listing with the x grants of its folder and every folder above it (to "/"):
+    # what a reader must pass to reach its files. None: one could not be read.
+    stack = [(_listing(result, root.path, "", visited, after), _root_chain(root.path))]
     while stack:
-        item = next(stack[-1], None)
+        item = next(stack[-1][0], None)
         if item is None:
             stack.pop()
             continue
         kind, path, rel = item
         if kind == "dir":
-            stack.append(_listing(result, path, rel, visited, after))
+            chain = stack[-1][1]
+            stack.append((_listing(result, path, rel, visited, after),
+                          None if chain is None else _folder_chain(path, chain)))
             continue
         if filtered_out(rel, rules):
             continue
-        source = _file(result, path, rel, rules.accept)
+        source = _file(result, path, rel, rules.accept, stack[-1][1])
         if source is not None:
             yield source
+
+
+def _root_chain(root: Path) -> tuple[str, ...] | None:
+    """The x grants of ``root`` and each of its ancestors up to ``/``, innermost first."""
+    chain: tuple[str, ...] = ()
+    for folder in reversed((root, *root.parents)):
+        chain = _folder_chain(folder, chain)
+        if chain is None:
+            return None
+    return chain
+
+
+def _folder_chain(folder: Path, above: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``above`` with ``folder``'s own x grant in front, or None when it cannot be read
+    (its documents are then visible to root only)."""
+    try:
+        return (grant_of(folder, folder.stat(), EXECUTE).key(), *above)
+    except (OSError, AclUnreadable) as exc:
+        log.debug("permissions of folder %s unreadable: %s", display_path(folder), exc)
+        return None
 
 
 def _listing(result: Discovery, directory: Path, rel_dir: str, visited: set[tuple[int, int]],
@@ -209,8 +239,10 @@ def _classify(entry: os.DirEntry, result: Discovery, rel: str) -> tuple[str, Pat
     return None  # sockets, fifos, devices, dangling links
 
 
-def _file(result: Discovery, path: Path, rel: str, accept) -> SourceFile | None:
-    """The file at ``path`` with its size and mtime, or ``None`` (ignored, or a problem)."""
+def _file(result: Discovery, path: Path, rel: str, accept,
+          chain: tuple[str, ...] | None) -> SourceFile | None:
+    """The file at ``path`` with its size, mtime and permission profile (its ``r`` grant
+    under ``chain``, the folders' ``x`` grants), or ``None`` (ignored, or a problem)."""
     try:
         accepted = accept(path)  # reads the first bytes of a file without an extension
     except OSError as exc:
@@ -227,8 +259,29 @@ def _file(result: Discovery, path: Path, rel: str, accept) -> SourceFile | None:
     if not stat.S_ISREG(info.st_mode):
         return None
     root = result.root
+    profile = _profile(result, path, info, chain, f"{root.name}/{rel}")
     return SourceFile(doc_id=f"{root.name}/{rel}", root=root.name, path=path, rel_path=rel,
-                      size=info.st_size, mtime_ns=info.st_mtime_ns, root_path=root.path)
+                      size=info.st_size, mtime_ns=info.st_mtime_ns, root_path=root.path,
+                      access=profile.id, access_grants=profile.grants)
+
+
+def _profile(result: Discovery, path: Path, info: os.stat_result,
+             chain: tuple[str, ...] | None, doc_id: str) -> Profile:
+    """The file's profile; :data:`UNREADABLE` (root only: fail closed) when its ACL or a
+    folder's above it could not be read, noted in ``result.unreadable_access``."""
+    if chain is None:
+        result.unreadable_access.append((doc_id, "a folder above it has permissions that "
+                                                 "cannot be read"))
+        return UNREADABLE
+    try:
+        key = (grant_of(path, info, READ).key(), chain)
+    except (OSError, AclUnreadable) as exc:
+        result.unreadable_access.append((doc_id, display_text(str(exc))))
+        return UNREADABLE
+    profile = result.profiles.get(key)
+    if profile is None:
+        profile = result.profiles[key] = Profile.of(*key)
+    return profile
 
 
 def problem(result: Discovery, rel: str, path: Path, error: ErrorCode, reason) -> None:

@@ -17,10 +17,11 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
+from kbsync.catalog.access import record_profiles
 from kbsync.catalog.schema import PreparedDoc, build_points, stored_indexed_text
 from kbsync.catalog.state import StateStore, utc_now
 from kbsync.models import DocState, DocStatus, SourceFile
-from kbsync.store.base import Filter, Point, VectorStore
+from kbsync.store.base import Filter, Match, Point, VectorStore
 from kbsync.text.sparse import SparseEncoder
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ def write_document(
         KbsyncError: a store failure; the previous state is then left as it was.
     """
     points = build_points(doc, namespace, sparse=sparse)
+    record_profiles(states, [doc.source])  # before any point names it
     store.upsert(collection, points)
     keep = {p.id for p in points}
     flt = Filter.where(namespace=namespace, doc_id=doc.source.doc_id)
@@ -67,7 +69,7 @@ def write_document(
         path=doc.source.display, content_hash=doc.source.content_hash or "",
         fingerprint=fingerprint, chunk_count=len(points), status=doc.status,
         updated_at=utc_now(), run_id=run_id, size=doc.source.size,
-        mtime_ns=doc.source.mtime_ns, scanned_pages=doc.scanned_pages,
+        mtime_ns=doc.source.mtime_ns, scanned_pages=doc.scanned_pages, access=doc.source.access,
     )
     states.commit([state])
     log.debug("wrote %s: %d points, %d stale removed", doc.source.doc_id, len(points), len(stale))
@@ -94,15 +96,41 @@ def delete_documents(
 
 def touch_states(sources: Sequence[SourceFile], previous: Sequence[DocState],
                  states: StateStore) -> None:
-    """Record a new size/mtime for files whose content hash proved unchanged.
+    """Record a new size/mtime (and permission profile) for files whose content hash proved
+    unchanged: the points of a changed profile must already carry it
+    (:func:`update_permissions`: state is committed last).
 
     This keeps the next run's quick stat check hash-free after a ``touch`` or copy.
     """
     updated = []
     for source, state in zip(sources, previous, strict=True):
-        if (state.size, state.mtime_ns) != (source.size, source.mtime_ns):
-            updated.append(replace(state, size=source.size, mtime_ns=source.mtime_ns))
+        access = source.access if source.access is not None else state.access
+        if (state.size, state.mtime_ns, state.access) != (source.size, source.mtime_ns, access):
+            updated.append(replace(state, size=source.size, mtime_ns=source.mtime_ns,
+                                   access=access))
     states.commit(updated)
+
+
+PERMISSION_UPDATE_IDS = 1_000
+"""doc_ids per filtered payload update (one keyword-index match each)."""
+
+
+def update_permissions(sources: Sequence[SourceFile], *, store: VectorStore,
+                       states: StateStore, collection: str, namespace: str) -> None:
+    """Give every point of each source's document its new profile id (``access``): one
+    filtered payload update per profile and :data:`PERMISSION_UPDATE_IDS` documents, nothing
+    converted or embedded. The profiles are recorded first; the caller commits the states
+    last (:func:`touch_states`), so a crash in between is redone by the next run."""
+    record_profiles(states, sources)
+    by_access: dict[str, list[str]] = {}
+    for source in sources:
+        if source.access is not None:
+            by_access.setdefault(source.access, []).append(source.doc_id)
+    for access, doc_ids in by_access.items():
+        for start in range(0, len(doc_ids), PERMISSION_UPDATE_IDS):
+            wanted = tuple(doc_ids[start:start + PERMISSION_UPDATE_IDS])
+            store.set_payload(collection, Filter.where(namespace=namespace).and_also(
+                Match("doc_id", any_of=wanted)), {"access": access})
 
 
 def heal_document(
@@ -133,8 +161,13 @@ def heal_document(
               if not failed]
     if healed:
         store.upsert(collection, healed)
+    access = previous.access
+    if source.access is not None and source.access != previous.access:
+        update_permissions([source], store=store, states=states, collection=collection,
+                           namespace=namespace)
+        access = source.access
     status = DocStatus.PARTIAL if len(healed) < len(flagged) else DocStatus.OK
     state = replace(previous, status=status, updated_at=utc_now(), run_id=run_id,
-                    size=source.size, mtime_ns=source.mtime_ns)
+                    size=source.size, mtime_ns=source.mtime_ns, access=access)
     states.commit([state])
     return state, outcome

@@ -50,6 +50,9 @@ class SearchRequest:
             mode, a fused score (about 0-1, :mod:`kbsync.query.fusion`) in ``hybrid``;
             for ``ask``, the relevance threshold of the passages given to the model.
         filters: root, path prefix, types, modified since (:mod:`kbsync.query.filters`).
+        as_user: search as this user (a name, or a uid): what the calling process may read,
+            narrowed to what that user may read (never widened); ``None``: the calling
+            process itself (:func:`kbsync.catalog.access.access_condition`).
 
     Raises:
         ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
@@ -63,6 +66,7 @@ class SearchRequest:
     hyde: bool = False
     min_score: float | None = None
     filters: SearchFilters = NO_FILTERS
+    as_user: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.query, str) or not self.query.strip():
@@ -81,7 +85,8 @@ class SearchRequest:
               mode: SearchMode | str = SearchMode.HYBRID, mqe: int = 0, hyde: bool = False,
               min_score: float | None = None, root: str | None = None,
               path_prefix: str | None = None, types: str | Sequence[str] | None = None,
-              modified_since: str | date | datetime | None = None) -> SearchRequest:
+              modified_since: str | date | datetime | None = None,
+              as_user: str | None = None) -> SearchRequest:
         """A request from the keyword form every door accepts (the filters given flat).
 
         Args:
@@ -89,6 +94,7 @@ class SearchRequest:
             root, path_prefix, types, modified_since: query-time filters, see
                 :meth:`kbsync.query.filters.SearchFilters.build` (``types``: ``"pdf,html"``
                 or a list; ``modified_since``: an ISO string, date or datetime).
+            as_user: the reader to search as (above).
 
         Raises:
             ValueError: blank query, or ``k``/``mqe``/``mode`` out of range.
@@ -96,7 +102,8 @@ class SearchRequest:
         """
         # The plain options are checked first, the filters then (as a search always has).
         request = cls(query=query, namespace=namespace, k=k, mode=SearchMode(mode), mqe=mqe,
-                      hyde=hyde, min_score=min_score)
+                      hyde=hyde, min_score=min_score,
+                      as_user=None if as_user is None else str(as_user))
         if root is None and path_prefix is None and types is None and modified_since is None:
             return request
         return replace(request, filters=SearchFilters.build(

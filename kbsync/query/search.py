@@ -49,10 +49,13 @@ from kbsync.query.request import MAX_K, SearchMode, SearchRequest, as_request
 from kbsync.errors import EmbeddingError, KbsyncError
 from kbsync.query.fusion import FUSION_DEPTH, Fusion, fuse, fusion_for
 from kbsync.query.llm import ChatModel, chat_model
+from kbsync.catalog.access import access_condition
 from kbsync.catalog.identity import check_query_embedder
+from kbsync.catalog.state import StateStore
 from kbsync.models import SearchHit, SparseVec
+from kbsync.settings import Settings
 from kbsync.text.sparse import SparseEncoder
-from kbsync.store.base import Filter, ScoredPoint, VectorStore
+from kbsync.store.base import Filter, Match, ScoredPoint, VectorStore
 
 if TYPE_CHECKING:  # the types only
     from kbsync.embed.base import Embedder
@@ -101,9 +104,24 @@ class _Probe:
     passage: bool = False
 
 
-def namespace_filter(namespace: str) -> Filter:
-    """Every search is confined to one namespace and skips zero-vector fallbacks."""
-    return Filter.where(namespace=namespace).and_not("embedding_failed", True)
+def namespace_filter(namespace: str, access: Match | None) -> Filter:
+    """Every search is confined to one namespace, to what its reader may read (``access``:
+    :func:`kbsync.catalog.access.access_condition`; ``None`` only where that says nothing
+    is filtered), and skips zero-vector fallbacks."""
+    flt = Filter.where(namespace=namespace).and_not("embedding_failed", True)
+    return flt if access is None else flt.and_also(access)
+
+
+def reader_filter(store: VectorStore, collection: str, request: SearchRequest) -> Filter:
+    """The filter of ``request``'s namespace as its reader sees it (:func:`namespace_filter`),
+    before the request's own filters narrow it further.
+
+    Raises:
+        PermissionsNotCaptured, UsageError: see :func:`kbsync.catalog.access.access_condition`.
+    """
+    states = StateStore(store, Settings.state_collection_of(collection))
+    return namespace_filter(request.namespace,
+                            access_condition(states, request.namespace, request.as_user))
 
 
 def search(
@@ -147,7 +165,7 @@ def search(
     probes = [_Probe(request.query)] + _expansions(
         request.query, mqe=request.mqe, hyde=request.hyde, llm=llm, notes=notes,
         budget_s=getattr(service, "query_budget_s", None))
-    flt = namespace_filter(request.namespace)
+    flt = reader_filter(store, collection, request)
     stale = stale_note(store, collection, flt, filters)
     if stale:
         _note(notes, stale)

@@ -146,6 +146,10 @@ class VectorStore(Protocol):
     def delete(self, name: str, flt: Filter) -> None:
         """Delete every point matching ``flt`` (an empty filter is refused)."""
 
+    def set_payload(self, name: str, flt: Filter, payload: dict[str, Any]) -> None:
+        """Set the keys of ``payload`` on every point matching ``flt`` (other keys and the
+        vectors stay; an empty filter is refused; a missing collection is ignored)."""
+
     def scroll(
         self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
         with_vectors: bool = False, page_size: int = 1024,

@@ -5,7 +5,8 @@ Layers, lowest first (a module may import its own wing and any lower layer):
 
 0. ``kbsync.errors``, ``kbsync.models``, ``kbsync.settings``, ``kbsync.openai_http``,
    ``kbsync.retrying``, ``kbsync.home``
-1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``;
+1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``,
+   ``kbsync.perms`` (who may read a file: capture and the kernel's rule);
    a floor uses another only through its interface (``*.base``) or the text tools,
    the store none of them (it stores: the ground floor only), and the text tools not
    the store (the sparse vector they make is a ground-floor record, ``kbsync.models``).
@@ -40,12 +41,12 @@ LAYERS = {
     "kbsync.errors": 0, "kbsync.models": 0, "kbsync.settings": 0, "kbsync.openai_http": 0,
     "kbsync.retrying": 0, "kbsync.home": 0,
     "kbsync.text": 1, "kbsync.convert": 1, "kbsync.embed": 1, "kbsync.store": 1,
-    "kbsync.catalog": 2, "kbsync.ingest": 3, "kbsync.query": 3, "kbsync.eval": 4,
+    "kbsync.perms": 1, "kbsync.catalog": 2, "kbsync.ingest": 3, "kbsync.query": 3, "kbsync.eval": 4,
     "kbsync.maintenance": 5, "kbsync.runtime": 6,
     "kbsync.app": FRONT, "kbsync.api": FRONT, "kbsync": FRONT,
     "tasks": 8, "flows": 9, "deployments": 9,
 }
-FLOORS = {"kbsync.text", "kbsync.convert", "kbsync.embed", "kbsync.store"}
+FLOORS = {"kbsync.text", "kbsync.convert", "kbsync.embed", "kbsync.store", "kbsync.perms"}
 NEVER = {"kbsync.eval": {"kbsync.ingest"},
          # The store stores: it never embeds, chunks or reads text (the ground floor only).
          "kbsync.store": {"kbsync.text", "kbsync.embed", "kbsync.convert"},

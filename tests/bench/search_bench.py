@@ -166,7 +166,7 @@ def measure(store, service, queries: list[str], k: int) -> dict[str, tuple[float
             engine, full = [], []
             for n, (query, vector) in enumerate(zip(queries, vectors)):
                 namespace = f"ns-{rnd.randrange(NAMESPACES)}"
-                flt = filters.apply(namespace_filter(namespace))
+                flt = filters.apply(namespace_filter(namespace, None))
                 sparse = encode_query(query)
                 t0 = time.perf_counter()
                 if mode == "dense":
@@ -203,7 +203,7 @@ def _count_cost(store, n: int) -> tuple[float, float]:
 
     times = []
     for i in range(n):
-        flt = namespace_filter(f"ns-{i % NAMESPACES}")
+        flt = namespace_filter(f"ns-{i % NAMESPACES}", None)
         t0 = time.perf_counter()
         assert count_old(store, COLLECTION, flt, PAYLOAD_VERSION) == 0
         times.append((time.perf_counter() - t0) * 1000)

@@ -126,7 +126,7 @@ class _Queries:
         from kbsync.query.search import namespace_filter
 
         dense, sparse, ns = self.items[j % len(self.items)]
-        flt = namespace_filter(ns)
+        flt = namespace_filter(ns, None)
         t0 = time.perf_counter()
         if mode == "dense":
             hits = store.search(COLLECTION, dense, limit=LIMIT, flt=flt)

@@ -21,8 +21,9 @@ from kbsync.models import SyncMode
 from kbsync.query.search import search
 from kbsync.store.base import Filter
 
+# owner_only follows the umask the test's files were made under (tests/perms count it)
 VOLATILE = ("run_id", "duration_s", "stage_s", "collection", "files_hashed", "warnings", "roots",
-            "embeddings_truncated")
+            "embeddings_truncated", "owner_only")
 
 
 def docs(n: int, prefix: str = "doc") -> dict[str, str]:
@@ -45,7 +46,7 @@ def expected(**overrides) -> dict:
                 chunks_kept=0, embeddings_computed=0, embeddings_cached=0, embeddings_failed=0,
                 failures=[], partial=0, repaired=0, embedding_bisect_requests=0,
                 converter_warnings=0, kept_unreadable=0, kept_excluded=0, ignored_by_kind={},
-                not_attempted=0)
+                not_attempted=0, permissions_updated=0, permissions_unreadable=0)
     base.update(overrides)
     return base
 

@@ -309,6 +309,10 @@ class RelayStore:
         """Refused: read-only while an ingest runs."""
         raise self._read_only()
 
+    def set_payload(self, name: str, flt: Filter, payload: dict[str, Any]) -> None:
+        """Refused: read-only while an ingest runs."""
+        raise self._read_only()
+
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         """Disconnect (or close the store opened after the ingest ended); idempotent."""

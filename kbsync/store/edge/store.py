@@ -298,6 +298,22 @@ class EdgeStore(EdgeExtras):
         with handle.lock, _errors("delete", name):
             handle.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
 
+    def set_payload(self, name: str, flt: Filter, payload: dict[str, Any]) -> None:
+        """Set ``payload``'s keys on every point matching ``flt`` (``UsageError``: no
+        conditions). The engine moves an updated point out of a sealed segment (copy on
+        write), so the points count as written for the seal rule."""
+        edge_filter = to_edge_filter(cv.require_conditions(flt))
+        self._writable(f"writing collection {name!r}")
+        handle = self._get(name)
+        if handle is None:
+            return
+        with handle.lock:
+            with _errors("set payload", name):
+                moved = int(handle.shard.count(qe.CountRequest(exact=True, filter=edge_filter)))
+                handle.shard.update(qe.UpdateOperation.set_payload_by_filter(edge_filter,
+                                                                             dict(payload)))
+            es.after_upsert(handle, name, self._folder(name), moved, _FLUSH_EVERY)
+
     def count(self, name: str, flt: Filter | None = None) -> int:
         """Exact number of matching points (0 when the collection is missing)."""
         edge_filter = to_edge_filter(flt)

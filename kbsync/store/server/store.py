@@ -265,6 +265,17 @@ class ServerStore:
                    points_selector=models.FilterSelector(filter=client_filter), wait=True,
                    ordering=self._ordering)
 
+    def set_payload(self, name: str, flt: Filter, payload: dict[str, Any]) -> None:
+        """Set ``payload``'s keys on every point matching ``flt``.
+
+        Raises:
+            UsageError: ``flt`` has no conditions.
+        """
+        client_filter = to_client_filter(cv.require_conditions(flt))
+        self._read("set payload", name, self._client.set_payload, cv.check_collection_name(name),
+                   payload=dict(payload), points=models.FilterSelector(filter=client_filter),
+                   wait=True, ordering=self._ordering)
+
     def scroll(
         self, name: str, flt: Filter | None = None, *, with_payload: bool = True,
         with_vectors: bool = False, page_size: int = 1024,
