@@ -49,6 +49,11 @@ def grant_of(path: str | os.PathLike, info: os.stat_result, bit: int) -> Grant:
         if exc.errno in _NO_ACL:
             return grant_of_mode(info, bit)
         raise AclUnreadable(f"cannot read its ACL: {exc.strerror or exc}") from exc
+    if not stat.S_IMODE(info.st_mode) & stat.S_IRWXG:
+        # The kernel consults an ACL only when the mode's group bits (the mask) are not all
+        # clear (fs/namei.c, acl_permission_check): with a mask of ---, named entries count
+        # for nothing and a named user falls back to "other".
+        return grant_of_mode(info, bit)
     return grant_of_acl(parse_acl(raw), info, bit)
 
 

@@ -11,6 +11,10 @@ and access ACL (:mod:`kbsync.perms.acl`). :func:`grants` is the kernel's first-m
    whatever "other" says;
 4. anyone else gets "other".
 
+One exception, also the kernel's: an object whose mode has no group bits (an ACL mask of
+``---``) is decided by its mode bits alone, its named entries ignored
+(:func:`kbsync.perms.acl.grant_of`).
+
 Root reads everything (it is never filtered: :mod:`kbsync.catalog.access`). A
 :class:`~kbsync.perms.reader.Reader` without a passwd entry gets "other" and nothing more.
 
