@@ -65,7 +65,8 @@ def local_people(users: int, groups: int, *, seed: int) -> Iterator[People]:
             made_groups.append(group)
         for user in people.users:
             primary = rng.choice(people.groups)
-            extra = rng.sample([g for g in people.groups if g != primary], rng.randint(0, 2))
+            others = [g for g in people.groups if g != primary]
+            extra = rng.sample(others, rng.randint(0, min(2, len(others))))
             run("useradd", "-M", "-N", "-s", "/usr/sbin/nologin", "-g", primary,
                 *(["-G", ",".join(extra)] if extra else []), user)
             made_users.append(user)
@@ -123,8 +124,10 @@ def _randomise(path: Path, rng: random.Random, owners: list[str], people: People
     shutil.chown(path, rng.choice(owners), rng.choice(people.groups))
     path.chmod(rng.choice(modes))
     if rng.random() < acl_share:
-        entries = [f"u:{u}:{rng.choice(PERMS)}" for u in rng.sample(people.users, rng.randint(0, 2))]
-        entries += [f"g:{g}:{rng.choice(PERMS)}" for g in rng.sample(people.groups, rng.randint(0, 2))]
+        users = rng.sample(people.users, rng.randint(0, min(2, len(people.users))))
+        groups = rng.sample(people.groups, rng.randint(0, min(2, len(people.groups))))
+        entries = [f"u:{u}:{rng.choice(PERMS)}" for u in users]
+        entries += [f"g:{g}:{rng.choice(PERMS)}" for g in groups]
         mask = rng.choice(("r-x", "r--", "--x", "rwx", "---"))
         run("setfacl", "-m", ",".join([*entries, f"m::{mask}"]), str(path))
 
