@@ -111,10 +111,10 @@ def test_filters_never_widen_a_readers_view(world) -> None:
 
 def test_ask_never_hands_the_model_a_chunk_the_reader_cannot_read(world, monkeypatch) -> None:
     settings, root, files, people, _first = world
-    user = people.users[0]
+    user = max(people.users, key=lambda u: len(kernel_readable(u, files)))
     mine = _doc_ids(root, kernel_readable(user, files))
     hidden = _doc_ids(root, set(files)) - mine
-    assert hidden
+    assert hidden and mine
     with FakeOpenAIServer(chat_reply="Notes [1].") as server:
         monkeypatch.setenv("KBSYNC_LLM_BASE_URL", server.url)
         monkeypatch.setenv("KBSYNC_LLM_MODEL", "fake-chat")
