@@ -1,6 +1,6 @@
 """Every reader sees exactly what the share lets them read: search, ask, stats through the
 Python API against the kernel (issue 39). The same story through the real CLI is
-tests/flows/test_permissions_cli.py (slow tier)."""
+tests/perms/test_perms_cli.py (slow tier)."""
 
 from __future__ import annotations
 
