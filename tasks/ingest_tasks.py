@@ -127,8 +127,9 @@ def heal(settings: Settings, items, namespace: str, run_id: str) -> StageResult:
 
 
 @task(name="finish-root", **COMMON, **_retry(steps.finish_root))
-def finish_root(settings: Settings, rp, namespace: str) -> int:
-    """Refresh unchanged files' stat records; in full mode delete missing documents."""
+def finish_root(settings: Settings, rp, namespace: str) -> tuple[int, int]:
+    """Refresh unchanged files' stat records and permissions; in full mode delete missing
+    documents. Returns ``(deleted, permissions_updated)``."""
     return steps.finish_root(runtime_for(settings), rp, namespace)
 
 

@@ -27,7 +27,8 @@ ROOTS = {KbsyncError, TransientError, PermanentError}
 FAMILIES = {errors.EmbeddingError, errors.StoreFailure, errors.LLMError}  # for except, never raised
 # Kinds that exit 2 (UsageError); every other kind exits 1. A kind moving across this line
 # changes the CLI's contract.
-USAGE_KINDS = {"UsageError", "RootConflict", "EmbedderMismatch", "LLMNotConfigured", "QueryFileError"}
+USAGE_KINDS = {"UsageError", "RootConflict", "EmbedderMismatch", "LLMNotConfigured", "QueryFileError",
+               "PermissionsNotCaptured"}
 
 
 def _kinds() -> list[type[KbsyncError]]:

@@ -79,7 +79,7 @@ def load_profiles(states: StateStore) -> list[Profile]:
 
 def allowed_ids(profiles: Iterable[Profile], readers: Iterable[Reader]) -> list[str]:
     """The ids of the profiles every one of ``readers`` may read (root passes any)."""
-    deciding = [(r, {}) for r in readers if not r.is_root]
+    deciding: list[tuple[Reader, dict[str, bool]]] = [(r, {}) for r in readers if not r.is_root]
     return [p.id for p in profiles
             if all(p.readable_by(reader, decided) for reader, decided in deciding)]
 

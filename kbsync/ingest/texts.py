@@ -115,9 +115,9 @@ def ingest_text(request: TextRequest, executor: Executor) -> TextOutcome:
         item = executor.call(plan_text, CONTEXT, request.source, ns, label="plan")
         if item.action is PlanAction.UNCHANGED:
             assert item.previous is not None
-            state = executor.call(refresh_access, CONTEXT, request.source, item.previous, ns,
-                                  label="permissions")
-            return TextOutcome(item.action, state)
+            refreshed = executor.call(refresh_access, CONTEXT, request.source, item.previous,
+                                      ns, label="permissions")
+            return TextOutcome(item.action, refreshed)
         if item.action is PlanAction.HEAL:
             counters = _raise_failures(executor.call(steps.heal, CONTEXT, [item], ns, run_id,
                                                      label="heal")).counters

@@ -111,9 +111,9 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
 
 def _root_chain(root: Path) -> tuple[str, ...] | None:
     """The x grants of ``root`` and each of its ancestors up to ``/``, innermost first."""
-    chain: tuple[str, ...] = ()
+    chain: tuple[str, ...] | None = ()
     for folder in reversed((root, *root.parents)):
-        chain = _folder_chain(folder, chain)
+        chain = _folder_chain(folder, chain or ())
         if chain is None:
             return None
     return chain

@@ -5,9 +5,9 @@ The ACL is the ``system.posix_acl_access`` extended attribute, read with one
 read it). Its layout is the kernel's stable ABI (``include/uapi/linux/posix_acl_xattr.h``):
 a little-endian ``u32`` version (2), then 8-byte entries ``(u16 tag, u16 perm, u32 id)``.
 It is parsed here rather than through ``pylibacl``: that package ships only a source
-archive, which needs a C compiler and ``libacl1-dev`` at install time (the README's
-install must work on a fresh machine), and one ``getxattr`` per file is all it would do
-(tests check the parse against ``getfacl``). Limits: default ACLs only shape new files and
+archive, which needs a C compiler and ``libacl1-dev`` at install time (kbsync's install
+must work on a fresh machine), and one ``getxattr`` per file is all it would do (the
+tests check every decision against the kernel). Limits: default ACLs only shape new files and
 are not read; NFSv4 and SMB ACLs are not POSIX ACLs (a CIFS mount shows its mapped mode).
 """
 
