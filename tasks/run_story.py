@@ -73,6 +73,8 @@ def count_line(summary: dict) -> str:
                      zip(("added", "updated", "unchanged", "deleted"), values))
     apart = (f", not attempted {summary['not_attempted']}" if summary.get("not_attempted")
              else "")
+    if summary.get("permissions_updated"):
+        apart += f", permissions updated {summary['permissions_updated']}"
     return f"ingest {ns}: {said}, failed {summary['failed']}{apart}"
 
 

@@ -7,10 +7,13 @@ import re
 SUMMARY_FIELDS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed", "ignored",
                   "chunks_raw", "chunks_kept", "embeddings_computed", "embeddings_cached",
                   "embeddings_failed", "duration_s")
-EXTRA_FIELDS = ("repaired", "kept_unreadable", "kept_excluded", "not_attempted")
+EXTRA_FIELDS = ("repaired", "kept_unreadable", "kept_excluded", "not_attempted",
+                "permissions_updated", "permissions_unreadable", "owner_only")
 """Shown only when not 0 (documents rebuilt because the store had lost their points;
 documents that could not be read and were kept; documents full mode kept because the
-run's --include/--exclude left them out; files a stopped run never began)."""
+run's --include/--exclude left them out; files a stopped run never began; documents whose
+points took new permissions, nothing converted or embedded; documents whose permissions
+could not be read, root only; documents only their owner may read: docs/permissions.md)."""
 
 
 def shown_fields(summary: dict) -> list[str]:
