@@ -58,3 +58,18 @@ def test_a_damaged_attribute_is_unreadable_not_absent(tmp_path) -> None:
     path.chmod(0o640)
     grant = grant_of(path, path.stat(), READ)  # no ACL: the mode bits, exactly
     assert (grant.owner_ok, grant.groups, grant.other_ok) == (True, ((os.getgid(), True),), False)
+
+
+def test_a_file_system_without_acls_is_decided_by_the_mode_bits(tmp_path, monkeypatch) -> None:
+    import errno
+
+    path = tmp_path / "nfs-like"
+    path.write_text("x")
+    path.chmod(0o604)
+
+    def unsupported(*_args, **_kwargs):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "getxattr", unsupported)
+    grant = grant_of(path, path.stat(), READ)
+    assert (grant.owner_ok, grant.groups[0][1], grant.other_ok) == (True, False, True)

@@ -47,7 +47,7 @@ def test_the_tasks_fns_run_a_root_end_to_end(share_settings) -> None:
     assert [type(r) for r in results] == [StageResult] * 4
     assert results[-1].counters["added"] == 2
     assert t.heal.fn(settings, [], "default", "run-1").counters == {}
-    assert t.finish_root.fn(settings, rp, "default") == 0
+    assert t.finish_root.fn(settings, rp, "default") == (0, 0)  # (deleted, permissions updated)
     assert runtime_for(settings).states.get("default", items[0].doc_id).chunk_count >= 1
 
 
