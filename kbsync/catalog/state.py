@@ -208,11 +208,13 @@ class StateStore:
                                                       page_size=page_size)]
 
     def count_meta(self, kind: str) -> int:
-        """How many meta records of ``kind`` there are (one indexed count, nothing read)."""
+        """How many records carry the ``doc_id`` marker of ``kind``'s meta records: one
+        keyword-index count, nothing read (2 ms at 4k records; with :data:`META_KEY`
+        checked too, an unindexed field, 20 ms). A change detector: only meta records of
+        ``kind`` carry that marker."""
         if self._store.collection_dimension(self._collection) is None:
             return 0
-        return self._store.count(self._collection,
-                                 Filter.where(doc_id=f"<kbsync:{kind}>", **{META_KEY: kind}))
+        return self._store.count(self._collection, Filter.where(doc_id=f"<kbsync:{kind}>"))
 
     def write_meta(self, kind: str, key: Sequence[str], payload: Mapping[str, Any]) -> None:
         """Insert or replace the meta record ``(kind, *key)``."""
