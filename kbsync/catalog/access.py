@@ -13,6 +13,16 @@ grant once), and the condition is ``access`` in the allowed ids: fail-closed, si
 point with no ``access`` or an unknown one matches nothing. Search, ``ask`` (context and
 citations), MQE and HyDE, evaluation and ``stats`` all ask it.
 
+Deciding every profile for a reader costs ~0.2 s at a few thousand profiles (reading them
+is most of it), far more than the search it narrows, so :func:`readable_ids` remembers the
+profiles of each state collection, and each reader's allowed ids, for as long as the number
+of profile records stays the same: one indexed count per search says whether it did.
+Profile records are only ever added (content-addressed, never changed or deleted), so a
+new count means new profiles, read again; and an answer kept too long could only lack a
+new profile's id, hiding its documents (fail-closed), never show one it should not. The
+reader is part of the key with its groups as NSS gives them now, so a change of membership
+still applies to the next search.
+
 Who is asking: the process itself (its effective uid and groups), narrowed to
 ``as_user`` when given (never widened: a profile is allowed when both may read it).
 Root is never filtered. A namespace with a root whose documents were written before
@@ -24,7 +34,11 @@ until the next ingest of that root records them.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
 from kbsync.catalog.identity import bound_roots
 from kbsync.catalog.state import StateStore
@@ -84,6 +98,49 @@ def allowed_ids(profiles: Iterable[Profile], readers: Iterable[Reader]) -> list[
             if all(p.readable_by(reader, decided) for reader, decided in deciding)]
 
 
+CACHED_READERS = 256
+"""Readers whose allowed ids are remembered per state collection (the least recent go)."""
+
+
+@dataclass
+class _Known:
+    """The profiles of one state collection as read when it held ``count`` of them, and the
+    allowed ids of the readers asked since."""
+
+    count: int
+    profiles: list[Profile]
+    allowed: OrderedDict[tuple[Reader, ...], tuple[str, ...]] = field(default_factory=OrderedDict)
+
+
+_known: "weakref.WeakKeyDictionary[object, dict[str, _Known]]" = weakref.WeakKeyDictionary()
+_known_lock = threading.Lock()
+
+
+def readable_ids(states: StateStore, readers: Sequence[Reader]) -> tuple[str, ...]:
+    """:func:`allowed_ids` of :func:`load_profiles`, remembered per store and state
+    collection while its number of profile records is unchanged (module doc)."""
+    count = states.count_meta(PROFILE)  # before reading: a record added meanwhile reads again
+    key = tuple(readers)
+    try:
+        with _known_lock:
+            per_store = _known.setdefault(states.store, {})
+            known = per_store.get(states.collection)
+            if known is not None and known.count == count and key in known.allowed:
+                known.allowed.move_to_end(key)
+                return known.allowed[key]
+    except TypeError:  # a store that cannot be weakly referenced: nothing remembered
+        return tuple(allowed_ids(load_profiles(states), readers))
+    if known is None or known.count != count:
+        known = _Known(count=count, profiles=load_profiles(states))
+    allowed = tuple(allowed_ids(known.profiles, readers))
+    with _known_lock:
+        known.allowed[key] = allowed
+        while len(known.allowed) > CACHED_READERS:
+            known.allowed.popitem(last=False)
+        per_store[states.collection] = known
+    return allowed
+
+
 def access_condition(states: StateStore, namespace: str,
                      as_user: str | None = None) -> Match | None:
     """The condition that narrows ``namespace`` to what the reader may read, or ``None``
@@ -106,5 +163,4 @@ def access_condition(states: StateStore, namespace: str,
             f"namespace {namespace!r}: root(s) {', '.join(missing)} have no permissions "
             f"recorded yet, so no other reader's view can be built; run `kbsync ingest` of "
             f"them once (nothing is converted or embedded again)")
-    allowed = allowed_ids(load_profiles(states), readers)
-    return Match("access", any_of=tuple(allowed) or (NOTHING,))
+    return Match("access", any_of=readable_ids(states, readers) or (NOTHING,))

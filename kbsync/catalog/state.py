@@ -98,6 +98,16 @@ class StateStore:
         # ids of the permission profiles this process wrote (kbsync.catalog.access)
         self.profiles_written: set[str] = set()
 
+    @property
+    def store(self) -> VectorStore:
+        """The store holding the state collection."""
+        return self._store
+
+    @property
+    def collection(self) -> str:
+        """The state collection's name."""
+        return self._collection
+
     def _ensure(self) -> None:
         if not self._ready:
             self._store.ensure_collection(
@@ -196,6 +206,15 @@ class StateStore:
         flt = Filter.where(doc_id=f"<kbsync:{kind}>", **{META_KEY: kind}, **match)
         return [p.payload for p in self._store.scroll(self._collection, flt,
                                                       page_size=page_size)]
+
+    def count_meta(self, kind: str) -> int:
+        """How many records carry the ``doc_id`` marker of ``kind``'s meta records: one
+        keyword-index count, nothing read (2 ms at 4k records; with :data:`META_KEY`
+        checked too, an unindexed field, 20 ms). A change detector: only meta records of
+        ``kind`` carry that marker."""
+        if self._store.collection_dimension(self._collection) is None:
+            return 0
+        return self._store.count(self._collection, Filter.where(doc_id=f"<kbsync:{kind}>"))
 
     def write_meta(self, kind: str, key: Sequence[str], payload: Mapping[str, Any]) -> None:
         """Insert or replace the meta record ``(kind, *key)``."""
