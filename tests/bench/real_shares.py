@@ -32,7 +32,8 @@ rounds each taking every share in turn (a fresh share and home each time, so the
 see the same load), and a table of pages/s, bytes/s (of the share's files) and chunks/s
 with the 1-minute load average at the start and end of each run and the model the run
 embedded with; ``--against NAME`` adds each share's rates divided by NAME's (the median
-over rounds of the per-round ratios). Issue 38's check, the Chinese handbook against the
+over rounds of the per-round ratios); ``--also-code DIR`` adds, in each round, a run of the
+first share with another checkout's code (``NAME@DIR``), e.g. the commit before a change. Issue 38's check, the Chinese handbook against the
 same pages in English, with every default::
 
     python tests/bench/real_shares.py --speed --rounds 2 \
@@ -339,40 +340,43 @@ class Speed:
 
 
 def _model_of(home: Path) -> str:
-    """The model a run's collection was built with (its active-collection pointer)."""
+    """The model a run's collection was built with: the one its active-collection pointer
+    names (written when the model was chosen for the share's language), else the default."""
     for pointer in sorted((home / "active").glob("*.json")):
-        text = pointer.read_text(encoding="utf-8", errors="replace")
-        for model in ("multilingual-e5-small", "all-MiniLM-L6-v2-int8", "all-MiniLM-L6-v2"):
-            if model in text:
-                return model
-    return "?"
+        build = json.loads(pointer.read_text(encoding="utf-8")).get("build", {})
+        if build.get("embed_model"):
+            return str(build["embed_model"])
+    return "default"
 
 
 def speed_run(name: str, round_: int, work: Path, max_files: int, api_url: str | None,
-              code: Path | None = None) -> Speed:
-    """One first run of a fresh copy of share ``name`` with every default."""
+              code: Path | None = None, label: str | None = None) -> Speed:
+    """One first run of a fresh copy of share ``name`` with every default (``label``: its
+    name in the table, when another checkout's code runs it)."""
     spec = realshares.SPECS[name]
-    share = work / f"{name}-r{round_}"
+    label = label or name
+    share = work / f"{label}-r{round_}"
     files = realshares.build_share(spec, share, max_files)
     size = sum((share / rel).stat().st_size for rel in files)
-    home = work / f"{name}-r{round_}-home"
+    home = work / f"{label}-r{round_}-home"
     before = os.getloadavg()[0]
-    print(f"[{name} round {round_}] {len(files)} files, {size / 1e6:.2f} MB, load {before:.2f}", flush=True)
+    print(f"[{label} round {round_}] {len(files)} files, {size / 1e6:.2f} MB, load {before:.2f}", flush=True)
     run = run_ingest("first", f"{name}={share}", home, api_url, code=code)
-    speed = Speed(name, round_, len(files), size, run, (before, os.getloadavg()[0]), _model_of(home))
-    print(f"[{name} round {round_}] exit {run.code} in {run.wall_s:.1f} s ({speed.model})", flush=True)
+    speed = Speed(label, round_, len(files), size, run, (before, os.getloadavg()[0]), _model_of(home))
+    print(f"[{label} round {round_}] exit {run.code} in {run.wall_s:.1f} s ({speed.model})", flush=True)
     return speed
 
 
 def speed_table(speeds: list[Speed], against: str | None) -> str:
     """Rates per run, then (with ``against``) each share's rates over the reference's."""
-    head = ("| share | round | model | files | MB | chunks | s | pages/s | KB/s | chunks/s | "
+    head = ("| share | round | model | files | MB | chunks | s | embed s | pages/s | KB/s | chunks/s | "
             "load start-end | problems |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for sp in speeds:
         r = sp.rates()
         lines.append(f"| {sp.share} | {sp.round} | {sp.model} | {sp.files} | {sp.bytes / 1e6:.2f} | "
                      f"{(sp.run.summary or {}).get('chunks_kept', '-')} | {sp.run.wall_s:.1f} | "
+                     f"{(sp.run.summary or {}).get('stage_s', {}).get('embed', float('nan')):.1f} | "
                      f"{r['pages/s']:.3f} | {r['bytes/s'] / 1e3:.1f} | {r['chunks/s']:.2f} | "
                      f"{sp.load[0]:.2f}-{sp.load[1]:.2f} | {sp.run.problem() or 0} |")
     if against:
@@ -404,6 +408,8 @@ def main() -> None:
                         help="first runs only, in rounds over the shares, and a speed table")
     parser.add_argument("--rounds", type=int, default=1, help="--speed: rounds over the shares")
     parser.add_argument("--against", default=None, help="--speed: share whose rates divide the others'")
+    parser.add_argument("--also-code", type=Path, default=None,
+                        help="--speed: each round also runs the first share with this checkout's code")
     args = parser.parse_args()
     if args.list:
         for spec in realshares.SPECS.values():
@@ -428,6 +434,10 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1) if args.speed else ():
             for name, count in names:
                 speeds.append(speed_run(name, round_, work, count, api_url, args.code))
+            if args.also_code:
+                name, count = names[0]
+                speeds.append(speed_run(name, round_, work, count, api_url, args.also_code,
+                                        label=f"{name}@{args.also_code.name}"))
         for name, count in [] if args.speed else names:
             rows.append(bench_share(name, work, count, api_url, args.code))
     finally:
@@ -439,6 +449,11 @@ def main() -> None:
     if args.speed:
         print(f"{os.cpu_count()} cores; load average at the end {os.getloadavg()}\n")
         print(speed_table(speeds, args.against))
+        if args.json_out:
+            args.json_out.write_text(json.dumps([{
+                "share": sp.share, "round": sp.round, "files": sp.files, "bytes": sp.bytes,
+                "model": sp.model, "load": sp.load, "wall_s": sp.run.wall_s, "rates": sp.rates(),
+                "summary": sp.run.summary, "problem": sp.run.problem()} for sp in speeds], indent=1))
         return
     print(table(rows))
     for row in rows:
