@@ -19,9 +19,10 @@ lists are committed data (``tests/embed/data/``) keyed by a sha256 of the texts 
 engine's version; when the packages give other texts, the reference runs instead (once: its
 vectors are kept beside the packages). Only the ONNX graph runs each time, on a fixed number
 of threads (vectors measured bit-identical on 1, 2 and 4 threads), so a run is reproducible.
-The packages are fetched as ``tests/flows/test_real_share.py`` does (``apt-get download`` as root): skipped with the
-reason without the tools, failing loudly on a failed download. Measured on 2 cores at load
-11-18: e5 206 s, MiniLM 52 s (2 min of CPU for both, the exports included).
+The packages are fetched as ``tests/flows/test_real_share.py`` does (``apt-get download`` as
+root): skipped with the reason without the tools, failing loudly on a failed download.
+Measured on 2 cores at load 8-18: e5 206-252 s, MiniLM 50-52 s (2 min of CPU for both, the
+exports included).
 """
 
 from __future__ import annotations
