@@ -231,8 +231,9 @@ class DocState:
     without converting or embedding (``permissions_updated``)."""
 
     def to_payload(self) -> dict[str, Any]:
-        """The record as a JSON-able payload."""
-        data = asdict(self)
+        """The record as a JSON-able payload. Every field is a scalar, so a shallow copy
+        (``dataclasses.asdict`` deep-copies: 0.15 ms a record, most of a state commit)."""
+        data = {name: getattr(self, name) for name in _STATE_FIELDS}
         data["status"] = self.status.value
         return data
 
@@ -247,6 +248,9 @@ class DocState:
                 data[name] = sys.intern(data[name])
         return cls(**data)
 
+
+_STATE_FIELDS = tuple(DocState.__dataclass_fields__)
+"""DocState's fields in order (all scalars: :meth:`DocState.to_payload` copies them)."""
 
 _SHARED_FIELDS = ("namespace", "root", "fingerprint", "run_id", "access")
 """DocState fields whose values most records share: interned on load."""

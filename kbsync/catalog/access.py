@@ -3,8 +3,10 @@
 Each chunk point carries ``access``: the id of its document's
 :class:`~kbsync.perms.rule.Profile` (keyword-indexed in both adapters), and so does its
 state record. The profiles themselves are meta records of the state collection, one per
-id (content-addressed, so written once and never changed): the grant keys of the file's
-``r`` and of every folder's ``x`` above it. They are written before any point that names
+id: the grant keys of the file's ``r`` and of every folder's ``x`` above it. An id names a
+file grant in one folder (:meth:`Profile.of <kbsync.perms.rule.Profile.of>`), so a change of
+a folder's permissions replaces the grants of the records of the profiles below it, and
+writes no point (:func:`record_grants`). Records are written before any point that names
 them (:func:`record_profiles`), so a point never names a profile the store lacks.
 
 :func:`access_condition` is the one place a reader's view is built: every profile is
@@ -16,12 +18,11 @@ citations), MQE and HyDE, evaluation and ``stats`` all ask it.
 Deciding every profile for a reader costs ~0.2 s at a few thousand profiles (reading them
 is most of it), far more than the search it narrows, so :func:`readable_ids` remembers the
 profiles of each state collection, and each reader's allowed ids, for as long as the number
-of profile records stays the same: one indexed count per search says whether it did.
-Profile records are only ever added (content-addressed, never changed or deleted), so a
-new count means new profiles, read again; and an answer kept too long could only lack a
-new profile's id, hiding its documents (fail-closed), never show one it should not. The
-reader is part of the key with its groups as NSS gives them now, so a change of membership
-still applies to the next search.
+of profile records stays the same: one indexed count per search says whether it did. A
+record is added for each new profile, and a :data:`REVISION` record each time records were
+replaced, so every change of a profile changes the count and is read at the next search.
+The reader is part of the key with its groups as NSS gives them now, so a change of
+membership still applies to the next search.
 
 Who is asking: the process itself (its effective uid and groups), narrowed to
 ``as_user`` when given (never widened: a profile is allowed when both may read it).
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -54,21 +56,60 @@ PROFILE = "access"
 """Meta kind of a profile record: ``{"access_id": id, "grants": [key, ...]}``."""
 CAPTURED = "access-captured"
 """Meta kind marking a (namespace, root) whose documents all carry their profile."""
+REVISION = "revision"
+"""A record of kind :data:`PROFILE` without a profile: added whenever a profile record was
+replaced, so that the number of :data:`PROFILE` records changes with every change of a
+profile (the cache key of :func:`readable_ids`)."""
 NOTHING = "-"
 """An ``access`` value no profile has: the condition of a reader who may read nothing."""
 
 
-def record_profiles(states: StateStore, sources: Iterable[SourceFile]) -> None:
-    """Write the record of each source's profile this state store has not written yet: call
-    before writing any point that names one. Idempotent (a profile's record never changes)."""
-    known = states.profiles_written
-    for source in sources:
-        if source.access is None or source.access in known:
+def record_profiles(states: StateStore, sources: Iterable[SourceFile]) -> int:
+    """Write the record of each source's profile: call before writing any point that names
+    one. Returns how many records were written. See :func:`record_grants`."""
+    return record_grants(states, ((s.access, s.access_grants) for s in sources
+                                  if s.access is not None))
+
+
+def record_grants(states: StateStore, profiles: Iterable[tuple[str, Sequence[str]]]) -> int:
+    """Record each ``(profile id, grants)`` whose record is missing or says other grants
+    than these (a folder's permissions changed: its profiles keep their ids, so their
+    documents' points are not written, and this record is the whole update). Returns how
+    many records were written; when one replaced a record, a :data:`REVISION` record is
+    added too, so :func:`readable_ids` reads the profiles again. Idempotent."""
+    stored = _stored(states)
+    written = replaced = 0
+    for access, grants in profiles:
+        grants = tuple(grants)
+        if access == UNREADABLE.id or stored.get(access) == grants:
             continue
-        if source.access != UNREADABLE.id:
-            states.write_meta(PROFILE, (source.access,), {
-                "access_id": source.access, "grants": list(source.access_grants)})
-        known.add(source.access)
+        replaced += access in stored
+        states.write_meta(PROFILE, (access,), {"access_id": access, "grants": list(grants)})
+        states.profile_records += access not in stored
+        stored[access] = grants
+        written += 1
+    if replaced:
+        states.write_meta(PROFILE, (REVISION, uuid.uuid4().hex), {REVISION: replaced})
+        states.profile_records += 1
+    return written
+
+
+def changed_profiles(states: StateStore, profiles: Iterable[Profile]) -> list[Profile]:
+    """Those of ``profiles`` (a walk's) whose record says other grants: a folder above their
+    documents changed its permissions. New profiles are not among them (their documents'
+    writes record them)."""
+    stored = _stored(states)
+    return [p for p in profiles if p.id in stored and stored[p.id] != p.grants]
+
+
+def _stored(states: StateStore) -> dict[str, tuple[str, ...]]:
+    """The store's profile grants, read again whenever the number of profile records is not
+    what this process last read or wrote (another process, a later run, wrote some)."""
+    count = states.count_meta(PROFILE)
+    if states.profile_grants is None or count != states.profile_records:
+        states.profile_grants = {p.id: p.grants for p in load_profiles(states)}
+        states.profile_records = count
+    return states.profile_grants
 
 
 def mark_captured(states: StateStore, namespace: str, root: str) -> None:
@@ -86,9 +127,9 @@ def uncaptured_roots(states: StateStore, namespace: str) -> list[str]:
 
 
 def load_profiles(states: StateStore) -> list[Profile]:
-    """Every profile the store holds."""
+    """Every profile the store holds (not the :data:`REVISION` records)."""
     return [Profile(id=r["access_id"], grants=tuple(r["grants"]))
-            for r in states.read_meta(PROFILE, page_size=1024)]
+            for r in states.read_meta(PROFILE, page_size=1024) if "access_id" in r]
 
 
 def allowed_ids(profiles: Iterable[Profile], readers: Iterable[Reader]) -> list[str]:

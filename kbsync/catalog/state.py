@@ -95,8 +95,12 @@ class StateStore:
         self._store = store
         self._collection = collection
         self._ready = False
-        # ids of the permission profiles this process wrote (kbsync.catalog.access)
-        self.profiles_written: set[str] = set()
+        # the grants of each permission profile as stored, read once when first needed and
+        # kept up to date by this process's writes (kbsync.catalog.access.record_profiles)
+        self.profile_grants: dict[str, tuple[str, ...]] | None = None
+        self.profile_records = 0  # the number of profile records when they were read
+        # per (namespace, root): ids of the profiles whose grants this run's slices replaced
+        self.regranted: dict[tuple[str, str], set[str]] = {}
 
     @property
     def store(self) -> VectorStore:

@@ -11,6 +11,7 @@ from kbsync.ingest.context import IngestContext
 from kbsync.ingest.plan import RootPlan
 from kbsync.ingest.stages import DocWork, StageResult, heal_stage, write_stage
 from kbsync.ingest.classify import PlanItem
+from kbsync.catalog.access import changed_profiles, record_grants
 from kbsync.ingest.write import delete_documents, touch_states, update_permissions
 from kbsync.models import PlanAction
 from kbsync.store.edge import diskspace
@@ -67,17 +68,27 @@ def heal_batch(items: Sequence[PlanItem], ctx: IngestContext, *, namespace: str,
 
 def finish_unchanged(rp: RootPlan, ctx: IngestContext, namespace: str) -> int:
     """Refresh size/mtime of unchanged files whose hash was checked, and give the points of
-    those whose permissions changed (or were never recorded) their new profile: nothing
-    converted or embedded. Returns how many documents took new permissions."""
+    those whose own permissions changed (or were never recorded) their new profile; record
+    the new grants of profiles a folder's change altered (no point written): nothing
+    converted or embedded. Returns how many documents took new permissions, either way."""
     pairs = [(i.file, i.previous) for i in rp.plan.of(PlanAction.UNCHANGED)
              if i.file is not None and i.previous is not None]
     moved = [f for f, p in pairs if f.access is not None and f.access != p.access]
     stale = bool(moved) or any((p.size, p.mtime_ns) != (f.size, f.mtime_ns) for f, p in pairs)
-    with room_for([], ctx, what="refreshing state records", writes=stale):
+    regranted = changed_profiles(ctx.states, rp.discovery.profiles.values())
+    with room_for([], ctx, what="refreshing state records", writes=stale or bool(regranted)):
+        # A folder's change first: its profiles' records, no point (kbsync.catalog.access).
+        record_grants(ctx.states, ((p.id, p.grants) for p in regranted))
         update_permissions(moved, store=ctx.store, states=ctx.states,
                            collection=ctx.collection, namespace=namespace)
         touch_states([f for f, _ in pairs], [p for _, p in pairs], ctx.states)
-    return len(moved)
+    # A folder's files may straddle two slices: the later one counts under the ids the
+    # earlier one recorded (kept per root until its last slice).
+    ids = ctx.states.regranted.setdefault((namespace, rp.root.name), set())
+    ids.update(p.id for p in regranted)
+    if rp.cursor is None:
+        ctx.states.regranted.pop((namespace, rp.root.name), None)
+    return len(moved) + sum(f.access in ids and f.access == p.access for f, p in pairs)
 
 
 def delete_missing(rp: RootPlan, ctx: IngestContext, namespace: str) -> int:

@@ -52,8 +52,8 @@ class Discovery:
     problem_counts: dict[str, int] = field(default_factory=dict)  # per error kind, whole root
     # doc_ids whose permissions could not be read (visible to root only), with the reason
     unreadable_access: list[tuple[str, str]] = field(default_factory=list)
-    # one Profile per distinct permissions: files share its id and grants, not copies
-    profiles: dict[tuple[str, tuple[str, ...]], Profile] = field(default_factory=dict)
+    # one Profile per (file grant key, folder): files share its id and grants, not copies
+    profiles: dict[tuple[str, str], Profile] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +90,8 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
     visited = set() if visited is None else visited
     # Each listing with the x grants of its folder and every folder above it (to "/"):
     # what a reader must pass to reach its files. None: one could not be read.
-    stack = [(_listing(result, root.path, "", visited, after), _root_chain(root.path))]
+    # (and the folder's path relative to the root: profiles are per folder, rule.Profile)
+    stack = [(_listing(result, root.path, "", visited, after), _root_chain(root.path), "")]
     while stack:
         item = next(stack[-1][0], None)
         if item is None:
@@ -100,11 +101,11 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
         if kind == "dir":
             chain = stack[-1][1]
             stack.append((_listing(result, path, rel, visited, after),
-                          None if chain is None else _folder_chain(path, chain)))
+                          None if chain is None else _folder_chain(path, chain), rel))
             continue
         if filtered_out(rel, rules):
             continue
-        source = _file(result, path, rel, rules.accept, stack[-1][1])
+        source = _file(result, path, rel, rules.accept, stack[-1][1], stack[-1][2])
         if source is not None:
             yield source
 
@@ -240,7 +241,7 @@ def _classify(entry: os.DirEntry, result: Discovery, rel: str) -> tuple[str, Pat
 
 
 def _file(result: Discovery, path: Path, rel: str, accept,
-          chain: tuple[str, ...] | None) -> SourceFile | None:
+          chain: tuple[str, ...] | None, folder: str) -> SourceFile | None:
     """The file at ``path`` with its size, mtime and permission profile (its ``r`` grant
     under ``chain``, the folders' ``x`` grants), or ``None`` (ignored, or a problem)."""
     try:
@@ -259,28 +260,31 @@ def _file(result: Discovery, path: Path, rel: str, accept,
     if not stat.S_ISREG(info.st_mode):
         return None
     root = result.root
-    profile = _profile(result, path, info, chain, f"{root.name}/{rel}")
+    profile = _profile(result, path, info, chain, folder, f"{root.name}/{rel}")
     return SourceFile(doc_id=f"{root.name}/{rel}", root=root.name, path=path, rel_path=rel,
                       size=info.st_size, mtime_ns=info.st_mtime_ns, root_path=root.path,
                       access=profile.id, access_grants=profile.grants)
 
 
 def _profile(result: Discovery, path: Path, info: os.stat_result,
-             chain: tuple[str, ...] | None, doc_id: str) -> Profile:
-    """The file's profile; :data:`UNREADABLE` (root only: fail closed) when its ACL or a
-    folder's above it could not be read, noted in ``result.unreadable_access``."""
+             chain: tuple[str, ...] | None, folder: str, doc_id: str) -> Profile:
+    """The file's profile (one per file grant in ``folder``, relative to the root: the
+    walk's own string, so a profile costs no string per file); :data:`UNREADABLE` (root
+    only: fail closed) when its ACL or a folder's above it could not be read, noted in
+    ``result.unreadable_access``."""
     if chain is None:
         result.unreadable_access.append((doc_id, "a folder above it has permissions that "
                                                  "cannot be read"))
         return UNREADABLE
     try:
-        key = (grant_of(path, info, READ).key(), chain)
+        key = (grant_of(path, info, READ).key(), folder)
     except (OSError, AclUnreadable) as exc:
         result.unreadable_access.append((doc_id, display_text(str(exc))))
         return UNREADABLE
     profile = result.profiles.get(key)
     if profile is None:
-        profile = result.profiles[key] = Profile.of(*key)
+        where = f"{result.root.path}/{folder}" if folder else str(result.root.path)
+        profile = result.profiles[key] = Profile.of(key[0], chain, where)
     return profile
 
 

@@ -76,6 +76,30 @@ def test_search_stats_and_permission_only_changes_follow_the_kernel(world) -> No
     assert third.permissions_updated == 0 and third.unchanged == len(files)
 
 
+def test_a_folders_chmod_rewrites_profile_records_not_points(world, monkeypatch) -> None:
+    """A folder's change of permissions keeps its documents' profile ids: no point is written
+    (the store's payload update is never called), every document under it is counted, and
+    each reader's view follows the kernel at once."""
+    settings, root, files, people, _first = world
+    from kbsync.store.edge.store import EdgeStore
+
+    def no_point_update(*_a, **_k):
+        raise AssertionError("a folder's chmod wrote points")
+
+    monkeypatch.setattr(EdgeStore, "set_payload", no_point_update)
+    folder = files[7].parent
+    under = [f for f in files if folder in f.parents]
+    run("chmod", "0700", str(folder))
+    second = _sync(settings, root)
+    assert second.permissions_updated == len(under) and second.embeddings_computed == 0
+    for user in people.users:
+        assert _visible(settings, user) == _doc_ids(root, kernel_readable(user, files)), user
+    run("chmod", "0755", str(folder))
+    assert _sync(settings, root).permissions_updated == len(under)
+    for user in people.users:
+        assert _visible(settings, user) == _doc_ids(root, kernel_readable(user, files)), user
+
+
 def test_a_group_change_applies_at_once_with_no_run(world) -> None:
     settings, root, files, people, _first = world
     import grp
