@@ -30,7 +30,7 @@ import fnmatch
 
 from kbsync.errors import ErrorCode
 from kbsync.models import Failure, RootSpec, SourceFile, display_path, display_text
-from kbsync.perms.acl import EXECUTE, READ, AclUnreadable, grant_of
+from kbsync.perms.acl import EXECUTE, READ, AclUnreadable, grant_key
 from kbsync.perms.rule import UNREADABLE, Profile
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def _folder_chain(folder: Path, above: tuple[str, ...]) -> tuple[str, ...] | Non
     """``above`` with ``folder``'s own x grant in front, or None when it cannot be read
     (its documents are then visible to root only)."""
     try:
-        return (grant_of(folder, folder.stat(), EXECUTE).key(), *above)
+        return (grant_key(folder, folder.stat(), EXECUTE), *above)
     except (OSError, AclUnreadable) as exc:
         log.debug("permissions of folder %s unreadable: %s", display_path(folder), exc)
         return None
@@ -277,7 +277,7 @@ def _profile(result: Discovery, path: Path, info: os.stat_result,
                                                  "cannot be read"))
         return UNREADABLE
     try:
-        key = (grant_of(path, info, READ).key(), folder)
+        key = (grant_key(path, info, READ), folder)
     except (OSError, AclUnreadable) as exc:
         result.unreadable_access.append((doc_id, display_text(str(exc))))
         return UNREADABLE

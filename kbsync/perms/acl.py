@@ -57,6 +57,32 @@ def grant_of(path: str | os.PathLike, info: os.stat_result, bit: int) -> Grant:
     return grant_of_acl(parse_acl(raw), info, bit)
 
 
+def grant_key(path: str | os.PathLike, info: os.stat_result, bit: int) -> str:
+    """``grant_of(path, info, bit).key()``, the key of a file without an ACL remembered per
+    owner, group and mode (most files of a share share a few: the walk then costs one
+    ``getxattr`` per file and no key to build).
+
+    Raises:
+        AclUnreadable: as :func:`grant_of`.
+    """
+    try:
+        os.getxattr(path, ACL_XATTR)
+    except OSError as exc:
+        if exc.errno in _NO_ACL:
+            memo = (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode), bit)
+            key = _MODE_KEYS.get(memo)
+            if key is None:
+                if len(_MODE_KEYS) >= _MODE_KEYS_KEPT:
+                    _MODE_KEYS.clear()
+                key = _MODE_KEYS[memo] = grant_of_mode(info, bit).key()
+            return key
+    return grant_of(path, info, bit).key()  # an ACL (read again: rare), or the error
+
+
+_MODE_KEYS: dict[tuple[int, int, int, int], str] = {}
+_MODE_KEYS_KEPT = 4096  # distinct (uid, gid, mode, bit) remembered before starting over
+
+
 def grant_of_mode(info: os.stat_result, bit: int) -> Grant:
     """The grant of plain mode bits (no extended ACL)."""
     mode = stat.S_IMODE(info.st_mode)

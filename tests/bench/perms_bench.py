@@ -450,7 +450,7 @@ def capture_off():
 
     fixed = Profile(id="bench", grants=())
     saved = walk._profile, walk._folder_chain, walk._root_chain
-    walk._profile = lambda result, path, info, chain, doc_id: fixed
+    walk._profile = lambda result, path, info, chain, folder, doc_id: fixed
     walk._folder_chain = lambda folder, above: above
     walk._root_chain = lambda root: ()
     try:
