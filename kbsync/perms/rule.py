@@ -134,10 +134,16 @@ class Profile:
         return True
 
     def owner_only(self) -> bool:
-        """Whether nobody but the file's owner (and root) may read the document."""
+        """Whether nobody but the file's owner (and root) may read the document: its file
+        grants nobody else ``r``, or a folder above it grants ``x`` to its own owner alone
+        and that owner is the file's (``chmod 700`` of a folder of one's own files)."""
         if not self.grants:
             return True
-        return not Grant.parse(self.grants[0]).others_may()
+        file_grant = Grant.parse(self.grants[0])
+        if not file_grant.others_may():
+            return True
+        return any(not g.others_may() and g.owner == file_grant.owner
+                   for g in map(Grant.parse, self.grants[1:]))
 
 
 def profile_id(parts: Iterable[str]) -> str:

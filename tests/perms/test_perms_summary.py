@@ -17,19 +17,25 @@ from perm_users import open_folder
 FILES = {f"d/f{i}.md": f"# F{i}\n\nvolcano notes {i}." for i in range(4)}
 
 
-def test_a_share_only_its_owner_may_read_is_indexed_and_says_so(runtime, tmp_path) -> None:
-    share = tmp_path / "share"
-    write_tree(share, FILES)
-    for path in share.rglob("*.md"):
-        path.chmod(0o600)
-    summary = run_plain([RootSpec(name="share", path=share)], runtime=runtime)
-    assert summary.added == 4 and summary.owner_only == 4
-    assert any("can be read only by their owner" in w and "other readers will find nothing" in w
-               for w in summary.warnings)
-    (share / "d/f0.md").chmod(0o644)
-    again = run_plain([RootSpec(name="share", path=share)], runtime=runtime)
-    assert again.permissions_updated == 1 and again.owner_only == 3
-    assert not any("only by their owner" in w for w in again.warnings)
+def test_a_share_only_its_owner_may_read_is_indexed_and_says_so(runtime) -> None:
+    with open_folder("kbsync-perms-owner") as base:
+        share = base / "share"
+        write_tree(share, FILES)
+        for path in share.rglob("*.md"):
+            path.chmod(0o600)
+        summary = run_plain([RootSpec(name="share", path=share)], runtime=runtime)
+        assert summary.added == 4 and summary.owner_only == 4
+        assert any("can be read only by their owner" in w and "other readers will find nothing"
+                   in w for w in summary.warnings)
+        (share / "d/f0.md").chmod(0o644)
+        again = run_plain([RootSpec(name="share", path=share)], runtime=runtime)
+        assert again.permissions_updated == 1 and again.owner_only == 3
+        assert not any("only by their owner" in w for w in again.warnings)
+        # The owner's own folder closed: f0.md too is the owner's only (its folder decides).
+        (share / "d").chmod(0o700)
+        closed = run_plain([RootSpec(name="share", path=share)], runtime=runtime)
+        assert closed.permissions_updated == 4 and closed.owner_only == 4
+        assert any("can be read only by their owner" in w for w in closed.warnings)
 
 
 def test_documents_whose_permissions_cannot_be_read_are_named_once(runtime, tmp_path,
