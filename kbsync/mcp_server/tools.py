@@ -125,12 +125,20 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 
 
 class KbsyncMCP(MCPServer):
-    """The SDK's server, with a refused argument reported in one line (the SDK's own text
-    is pydantic's multi-line report)."""
+    """The SDK's server, with an argument its tool does not name refused (the SDK ignores
+    it: a misspelt ``namespace`` would silently search ``default``) and a refused argument
+    reported in one line (the SDK's own text is pydantic's multi-line report)."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Any = None) -> Any:
         """See :meth:`MCPServer.call_tool`; argument errors become one ``UsageError`` line."""
+        schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
+        if schema is not None:
+            named = list(schema.get("properties", {}))
+            extra = sorted(set(arguments) - set(named))
+            if extra:
+                raise ToolError(f"UsageError: unknown argument {', '.join(extra)}; {name} "
+                                f"takes {', '.join(named) or 'none'}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

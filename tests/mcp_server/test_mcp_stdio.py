@@ -170,6 +170,10 @@ BAD = [
     ({"query": "keys", "path_prefix": "../../etc"}, "UsageError: "),
     ({"query": "keys", "mode": "sparse"}, "UsageError: invalid arguments: mode: "),
     ({}, "UsageError: invalid arguments: query: "),
+    ({"query": "keys", "as_user": "root"}, "UsageError: unknown argument as_user; search takes "
+                                           "query, namespace, k, mode, root, path_prefix, types, "
+                                           "modified_since"),
+    ({"query": "keys", "namespace_name": "ops"}, "UsageError: unknown argument namespace_name"),
 ]
 
 
