@@ -10,6 +10,7 @@ ingest (another process holding the store, serving reads on its relay) writes.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -82,11 +83,19 @@ def _serve(env: dict[str, str], body: Callable[[ClientSession], Awaitable[Any]],
     return anyio.run(main)
 
 
-def _cli(env: dict[str, str], *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "kbsync", *args, "--json"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+def _cli(env: dict[str, str], monkeypatch, capsys, *args: str) -> dict:
+    """``kbsync ARGS --json`` run in this process with ``env``'s settings: its JSON object."""
+    from kbsync.app.cli import main
+
+    with monkeypatch.context() as patch:
+        for key in [k for k in os.environ if k.upper().startswith("KBSYNC_")]:
+            patch.delenv(key)
+        for key, value in env.items():
+            if key.startswith("KBSYNC_"):
+                patch.setenv(key, value)
+        capsys.readouterr()
+        assert main([*args, "--json"]) == 0, capsys.readouterr().err
+        return json.loads(capsys.readouterr().out)
 
 
 def _without_latency(data: dict) -> dict:
@@ -101,7 +110,8 @@ def _error_line(result) -> str:
     return block.text
 
 
-def test_tools_are_listed_with_schemas_and_each_answers_as_the_cli_does(indexed, tmp_path) -> None:
+def test_tools_are_listed_with_schemas_and_each_answers_as_the_cli_does(
+        indexed, tmp_path, monkeypatch, capsys) -> None:
     home, _ = indexed
     with FakeOpenAIServer(chat_reply="Keys rotate every 90 days [1].") as chat:
         env = _env(home, KBSYNC_LLM_BASE_URL=chat.url, KBSYNC_LLM_MODEL="fake-chat")
@@ -117,9 +127,9 @@ def test_tools_are_listed_with_schemas_and_each_answers_as_the_cli_does(indexed,
             }
             return listed, calls
         listed, calls = _serve(env, body, tmp_path / "mcp.log")
-        search_cli = _cli(env, "search", "rotate API keys", "-k", "2", "--type", "markdown")
-        ask_cli = _cli(env, "ask", "How often are API keys rotated?", "-k", "2")
-        stats_cli = _cli(env, "stats")
+        search_cli = _cli(env, monkeypatch, capsys, "search", "rotate API keys", "-k", "2", "--type", "markdown")
+        ask_cli = _cli(env, monkeypatch, capsys, "ask", "How often are API keys rotated?", "-k", "2")
+        stats_cli = _cli(env, monkeypatch, capsys, "stats")
 
     tools = {tool.name: tool for tool in listed}
     assert set(tools) == {"search", "ask", "namespaces"}
