@@ -259,3 +259,27 @@ def test_search_during_an_ingest_goes_through_its_relay(indexed, tmp_path) -> No
     assert not stats.is_error and stats.structured_content["namespaces"]["default"][
         "documents"] == len(DOCS)
     assert time.monotonic() - started < TIMEOUT_S
+
+
+def test_a_store_held_by_a_process_that_serves_no_reads_is_one_line(indexed, tmp_path) -> None:
+    """Another process holds the store and runs no relay (here: this test's own handle):
+    a call answers one StoreUnavailable line after the reader's short wait, and the next call,
+    once the store is free, is served."""
+    from kbsync.settings import Settings
+    from kbsync.store.edge.store import EdgeStore
+
+    home, _ = indexed
+    query = {"query": "deploys on Fridays", "k": 1}
+
+    async def body(session: ClientSession):
+        held = EdgeStore(Settings(home=home).store_path)
+        try:
+            locked = await session.call_tool("search", query)
+        finally:
+            held.close()
+        return locked, await session.call_tool("search", query)
+
+    locked, free = _serve(_env(home), body, tmp_path / "mcp.log")
+    assert _error_line(locked).startswith("StoreUnavailable: "), locked.content
+    assert not free.is_error and free.structured_content["results"][0]["doc_id"] == \
+        "kb/deploys.md"
