@@ -105,7 +105,8 @@ class NamespacesOutput(BaseModel):
 
 # -- parameters -----------------------------------------------------------------------------
 Query = Annotated[str, Field(description="what to look for, in natural language or keywords")]
-Namespace = Annotated[str, Field(description="the namespace to search (see the `namespaces` "
+Namespace = Annotated[str, Field(min_length=1, max_length=200,
+                                 description="the namespace to search (see the `namespaces` "
                                              "tool); default 'default'")]
 K = Annotated[int, Field(ge=1, le=100, description="number of passages, 1-100 (default 5)")]
 Mode = Annotated[Literal["hybrid", "dense"], Field(
@@ -177,10 +178,11 @@ def _result(text: str, data: dict[str, Any]) -> CallToolResult:
 
 def unknown_namespace(namespace: str, visible: list[str]) -> str:
     """The line of a namespace this reader cannot see (never says whether it exists)."""
+    shown = repr(namespace)[:80]
     if not visible:
-        return (f"unknown namespace {namespace!r}: you can read no namespace yet (nothing "
+        return (f"unknown namespace {shown}: you can read no namespace yet (nothing "
                 "you may read is indexed)")
-    return (f"unknown namespace {namespace!r}: the namespaces you can read are "
+    return (f"unknown namespace {shown}: the namespaces you can read are "
             + ", ".join(repr(n) for n in visible))
 
 

@@ -175,6 +175,8 @@ BAD = [
     ({"query": "   "}, "UsageError: query is empty"),
     ({"query": "keys", "namespace": "nope"},
      "UsageError: unknown namespace 'nope': the namespaces you can read are 'default', 'ops'"),
+    ({"query": "keys", "namespace": ""}, "UsageError: invalid arguments: namespace: "),
+    ({"query": "keys", "namespace": "n" * 201}, "UsageError: invalid arguments: namespace: "),
     ({"query": "keys", "modified_since": "yesterday"}, "UsageError: modified-since must be"),
     ({"query": "keys", "types": ["exe"]}, "UsageError: unknown file type 'exe'"),
     ({"query": "keys", "path_prefix": "../../etc"}, "UsageError: "),
