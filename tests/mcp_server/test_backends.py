@@ -133,3 +133,41 @@ def test_local_backend_refuses_unknown_keys_and_bad_values(settings) -> None:
         backend.search({"query": "keys", "k": 100000})
     with pytest.raises(UsageError, match="unknown argument mode"):
         backend.ask({"query": "keys", "mode": "hybrid"})
+
+
+def test_each_call_follows_the_active_collection_so_a_swap_needs_no_restart(
+        settings, tmp_path) -> None:
+    """The backend outlives a rebuild: a call after the swap reads the new collection, and
+    between calls it holds no store (the swap below opens it)."""
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.runner import run_plain
+    from kbsync.maintenance import rebuild as rb
+    from kbsync.models import SyncMode
+    from kbsync.runtime import Runtime
+    from kbsync.store import open_store
+    from kbtest import shadow_runtime, write_tree
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_tree(old, {"glacier.md": "# Glacier\n\nThe glacier guide."})
+    write_tree(new, {"volcano.md": "# Volcano\n\nThe volcano guide."})
+    runtime = Runtime.open(settings)
+    try:
+        run_plain([parse_root(f"old={old}")], runtime=runtime)
+        run_plain([parse_root(f"new={new}")], runtime=shadow_runtime(runtime),
+                  mode=SyncMode.FULL)
+    finally:
+        runtime.close()
+    backend = LocalBackend(settings)
+    query = {"query": "volcano guide", "k": 5, "mode": "dense"}
+    assert {h["doc_id"] for h in backend.search(query)["results"]} == {"old/glacier.md"}
+
+    plan = rb.RebuildPlan(logical="kbsync", live="kbsync", shadow="kbsync__r1", previous=None,
+                          roots={"default": [f"new={new}"]}, live_build={},
+                          target_build={"chunk_tokens": 64})
+    store = open_store(settings)
+    try:
+        rb.swap(plan, settings, store)
+    finally:
+        store.close()
+    assert {h["doc_id"] for h in backend.search(query)["results"]} == {"new/volcano.md"}
+    assert backend.stats({})["collection"] == "kbsync__r1"
