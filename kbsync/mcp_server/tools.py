@@ -65,8 +65,9 @@ class SearchOutput(BaseModel):
     query: str
     namespace: str
     mode: str
-    raw_count: int = Field(description="candidates before the filters and de-duplication")
-    kept_count: int = Field(description="results returned")
+    raw_count: int = Field(description="candidates the store returned, over all searches")
+    kept_count: int = Field(description="candidates left after merging, the score threshold "
+                                        "and de-duplication; the first k are the results")
     results: list[Hit]
     notes: list[str] = Field(default_factory=list, description="what did not go as asked")
 
