@@ -193,24 +193,22 @@ def test_bad_input_is_one_tool_error_line_and_the_server_keeps_serving(indexed, 
     home, _ = indexed
 
     async def body(session: ClientSession):
-        replies = []
-        for args, _ in BAD:
-            replies.append(await session.call_tool("search", args))
-            # The next call is served as if nothing had happened.
-            replies.append(await session.call_tool("search", {"query": "deploys on Fridays",
-                                                              "k": 1}))
+        # Each bad call is answered with its own line, so the one before left the server
+        # serving; the good call after them all gets its results.
+        replies = [await session.call_tool("search", args) for args, _ in BAD]
+        good = await session.call_tool("search", {"query": "deploys on Fridays", "k": 1})
         # A filter value is a value, never a query: it narrows or matches nothing.
         injected = [await session.call_tool("search", {"query": "keys", "root": root})
                     for root in ("kb\" OR 1=1", "kb OR ops", "*")]
         ask = await session.call_tool("ask", {"question": "keys?"})  # no chat model set
         unknown = await session.call_tool("delete_everything", {})
-        return replies, injected, ask, unknown
+        return replies, good, injected, ask, unknown
 
-    replies, injected, ask, unknown = _serve(_env(home), body, tmp_path / "mcp.log")
-    for (args, start), bad, good in zip(BAD, replies[::2], replies[1::2]):
+    replies, good, injected, ask, unknown = _serve(_env(home), body, tmp_path / "mcp.log")
+    for (args, start), bad in zip(BAD, replies, strict=True):
         assert _error_line(bad).startswith(start), (args, bad.content[0].text)
-        assert not good.is_error, good.content
-        assert good.structured_content["results"][0]["doc_id"] == "kb/deploys.md"
+    assert not good.is_error, good.content
+    assert good.structured_content["results"][0]["doc_id"] == "kb/deploys.md"
     for reply in injected:
         assert reply.is_error or reply.structured_content["results"] == [], reply.content
     assert _error_line(ask).startswith("LLMNotConfigured: no chat model configured")
