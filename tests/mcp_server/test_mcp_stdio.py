@@ -283,3 +283,47 @@ def test_a_store_held_by_a_process_that_serves_no_reads_is_one_line(indexed, tmp
     assert _error_line(locked).startswith("StoreUnavailable: "), locked.content
     assert not free.is_error and free.structured_content["results"][0]["doc_id"] == \
         "kb/deploys.md"
+
+
+@pytest.mark.slow  # a Prefect test server and a real ingest of 1,500 files: ~1 minute
+def test_search_during_the_real_ingest_flow(prefect_api, tmp_path) -> None:
+    """The real ``kbsync ingest`` (the Prefect flow) of a new share into a home that already
+    holds ``kb``: once it says it serves reads (its relay, ``-v``), ``search`` and
+    ``namespaces`` are answered from the store it holds, while it still runs."""
+    home, share, big = tmp_path / "home", tmp_path / "kb", tmp_path / "big"
+    write_tree(share, DOCS)
+    write_tree(big, {f"d{i % 20}/n{i}.md": f"# Note {i}\n\nField notes number {i}.\n"
+                     for i in range(1500)})
+    env = _env(home)
+    _ingest(env, share, "default")
+    ingest_env = hash_env(prefect_api, home, PYTHONPATH=str(REPO))
+
+    async def body(session: ClientSession):
+        ingest = await anyio.open_process(
+            [sys.executable, "-m", "kbsync", "-v", "ingest", f"big={big}", "--json"],
+            env=ingest_env, cwd=REPO)
+        try:
+            assert ingest.stderr is not None
+            seen = b""
+            async for chunk in ingest.stderr:  # the event: the flow serves reads on its relay
+                seen += chunk
+                if b"serving reads of" in seen:
+                    break
+            assert b"serving reads of" in seen, seen[-2000:]
+            found = await session.call_tool("search", {"query": "nightly backups", "k": 1})
+            listed = await session.call_tool("namespaces", {})
+            still_running = ingest.returncode is None
+            async for _ in ingest.stderr:  # drain, so the flow never blocks on a full pipe
+                pass
+            assert await ingest.wait() == 0
+        finally:
+            if ingest.returncode is None:
+                ingest.kill()
+        return found, listed, still_running
+
+    found, listed, still_running = _serve(env, body, tmp_path / "mcp.log")
+    assert still_running, "the ingest ended before the calls: make the share larger"
+    assert not found.is_error, found.content
+    assert found.structured_content["results"][0]["doc_id"] == "kb/guides/backup.md"
+    assert not listed.is_error and listed.structured_content["namespaces"]["default"][
+        "documents"] >= len(DOCS)
