@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Sequence
 
-from kbsync.app import cli_ask, cli_eval, cli_filters, cli_rebuild
+from kbsync.app import cli_ask, cli_eval, cli_filters, cli_mcp, cli_rebuild
 
 from kbsync.app import cli_remove, cli_signals
 
@@ -27,6 +27,8 @@ from kbsync.app.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USA
                                 fraction_argument, k_argument, namespace_argument, run_result,
                                 score_argument, text_argument)
 log = logging.getLogger("kbsync.app.cli")
+UNRESOLVED = frozenset({"rebuild", "mcp"})
+"""Commands handed the settings as configured, not aimed at the active collection once."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_remove.register(sub)
     cli_verify.register(sub)
     cli_rebuild.register(sub)
+    cli_mcp.register(sub)
     return parser
 
 
@@ -140,17 +143,19 @@ def _main(argv: list[str]) -> int:
         from kbsync.settings import load_settings
 
         configured = settings = load_settings()
-        # rebuild reads the environment as written: it holds the new settings. The others
-        # follow the active collection; resolving it may reach the store, so it comes after
-        # the settings are known (a failure then names KBSYNC_QDRANT_URL).
-        if args.command != "rebuild":
+        # rebuild reads the environment as written: it holds the new settings; mcp resolves
+        # on each call (it outlives a rebuild's swap). The others follow the active
+        # collection; resolving it may reach the store, so it comes after the settings are
+        # known (a failure then names KBSYNC_QDRANT_URL).
+        if args.command not in UNRESOLVED:
             from kbsync.catalog.active import resolve
 
             settings = resolve(settings)
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
-                   **cli_verify.COMMANDS, **cli_rebuild.COMMANDS}[args.command]
-        if args.command == "rebuild":
+                   **cli_verify.COMMANDS, **cli_rebuild.COMMANDS,
+                   **cli_mcp.COMMANDS}[args.command]
+        if args.command in UNRESOLVED:
             return command(args, settings)
         from kbsync.catalog.active import resolved
 

@@ -145,6 +145,10 @@ OTHER_NOTES: dict[str, str] = {
                                 "cached (default `~/.cache/kbsync-real-shares`)",
     "KBSYNC_EVAL_SHARES": "benchmarks: where `tests/bench/retrieval_bench.py` finds the eval "
                           "shares (default `~/.cache/kbsync-eval`)",
+    "KBSYNC_SERVER": "a reader's door to a shared index, `unix:PATH` or `http://HOST:PORT` of "
+                     "`kbsync serve`: `kbsync mcp` reads through it instead of its own store "
+                     "([Agents](../agents.md))",
+    "KBSYNC_TOKEN": "the bearer token of `KBSYNC_SERVER` over HTTP",
 }
 
 

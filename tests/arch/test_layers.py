@@ -17,7 +17,8 @@ Layers, lowest first (a module may import its own wing and any lower layer):
 3. the sibling wings ``kbsync.ingest`` and ``kbsync.query``: neither imports the other
 4. ``kbsync.eval`` (never ``kbsync.ingest``)   5. ``kbsync.maintenance``
 6. ``kbsync.runtime``, the composition root
-7. the front doors: ``kbsync.app``, ``kbsync.api``, ``kbsync`` itself
+7. the front doors: ``kbsync.app``, ``kbsync.api``, ``kbsync.mcp_server`` (``kbsync mcp``),
+   ``kbsync`` itself
 8. ``tasks``   9. ``flows`` and ``deployments``
 
 No module of ``kbsync/`` imports Prefect, and none imports ``tasks`` or ``flows``, with
@@ -43,7 +44,7 @@ LAYERS = {
     "kbsync.text": 1, "kbsync.convert": 1, "kbsync.embed": 1, "kbsync.store": 1,
     "kbsync.perms": 1, "kbsync.catalog": 2, "kbsync.ingest": 3, "kbsync.query": 3, "kbsync.eval": 4,
     "kbsync.maintenance": 5, "kbsync.runtime": 6,
-    "kbsync.app": FRONT, "kbsync.api": FRONT, "kbsync": FRONT,
+    "kbsync.app": FRONT, "kbsync.api": FRONT, "kbsync.mcp_server": FRONT, "kbsync": FRONT,
     "tasks": 8, "flows": 9, "deployments": 9,
 }
 FLOORS = {"kbsync.text", "kbsync.convert", "kbsync.embed", "kbsync.store", "kbsync.perms"}
