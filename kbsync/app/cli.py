@@ -18,7 +18,7 @@ from typing import Sequence
 
 from kbsync.app import cli_ask, cli_eval, cli_filters, cli_rebuild
 
-from kbsync.app import cli_remove, cli_signals
+from kbsync.app import cli_remove, cli_serve, cli_signals
 
 from kbsync.app import cli_support
 
@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_remove.register(sub)
     cli_verify.register(sub)
     cli_rebuild.register(sub)
+    cli_serve.register(sub)
     return parser
 
 
@@ -137,20 +138,25 @@ def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         cli_support.setup_logging(args.verbose)
+        if args.command in ("search", "ask", "stats"):  # KBSYNC_SERVER: the server answers
+            client = cli_serve.remote_client()
+            if client is not None:
+                return cli_serve.run_remote(client, args)
         from kbsync.settings import load_settings
 
         configured = settings = load_settings()
         # rebuild reads the environment as written: it holds the new settings. The others
         # follow the active collection; resolving it may reach the store, so it comes after
         # the settings are known (a failure then names KBSYNC_QDRANT_URL).
-        if args.command != "rebuild":
+        if args.command not in ("rebuild", "serve"):  # serve resolves at each request
             from kbsync.catalog.active import resolve
 
             settings = resolve(settings)
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
-                   **cli_verify.COMMANDS, **cli_rebuild.COMMANDS}[args.command]
-        if args.command == "rebuild":
+                   **cli_verify.COMMANDS, **cli_rebuild.COMMANDS,
+                   **cli_serve.COMMANDS}[args.command]
+        if args.command in ("rebuild", "serve"):
             return command(args, settings)
         from kbsync.catalog.active import resolved
 
