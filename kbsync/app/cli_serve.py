@@ -87,6 +87,7 @@ def run_serve(args, settings) -> int:
         raise UsageError("serve --http needs --tokens FILE: there is no anonymous reader")
     from kbsync.serve.handler import Handler
 
+    _log_to_stderr(args.verbose)
     handler = Handler(settings, max_per_caller=args.max_per_caller)
     doors = []
     stop = threading.Event()
@@ -116,6 +117,18 @@ def run_serve(args, settings) -> int:
         handler.close()
     log.info("kbsync serve stopped")
     return 0
+
+
+def _log_to_stderr(verbose: bool) -> None:
+    """The server's own lines (access log, hand-overs) at INFO on stderr, with a timestamp."""
+    serve_log = logging.getLogger("kbsync.serve")
+    serve_log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if verbose:
+        return  # the root handler shows everything already
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    serve_log.addHandler(handler)
+    serve_log.propagate = False
 
 
 # --- the client side: search, ask, stats through KBSYNC_SERVER --------------------------------
