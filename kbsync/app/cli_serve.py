@@ -19,7 +19,7 @@ import threading
 from kbsync.app import cli_support
 from kbsync.errors import UsageError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kbsync.serve.cli")  # the server's lines: shown at INFO (_log_to_stderr)
 
 
 def _mode(text: str) -> int:
