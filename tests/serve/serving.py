@@ -22,20 +22,36 @@ DOCS = {"notes/volcano": "Volcano ash notes: the crater vents steam after rain."
         "notes/harbour": "Harbour cranes are inspected every spring."}
 
 
-def serve_env(home: Path, **extra: str) -> dict[str, str]:
+def serve_env(home: Path, prefect_api: str | None = None, **extra: str) -> dict[str, str]:
     """A ``kbsync`` environment with hash embeddings that runs this worktree's code."""
-    return hash_env(None, home, PYTHONPATH=str(ROOT), **extra)
+    return hash_env(prefect_api, home, PYTHONPATH=str(ROOT), **extra)
 
 
-def kbsync(env: dict[str, str], *args: str, user: str | None = None,
-           timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``kbsync ARGS`` (as ``user`` through ``runuser`` when given)."""
+AS_USER = """
+import json, os, pwd, sys
+import argparse, http.client, socket, struct, urllib.request, urllib.error, logging
+import kbsync.app.cli as cli, kbsync.app.cli_serve, kbsync.app.cli_support, kbsync.app.console
+import kbsync.serve.client, kbsync.query.search, kbsync.query.answer, kbsync.models
+import kbsync.query.filters, kbsync.settings
+user, argv = sys.argv[1], json.loads(sys.argv[2])
+entry = pwd.getpwnam(user)
+os.setgroups(os.getgrouplist(user, entry.pw_gid)); os.setgid(entry.pw_gid); os.setuid(entry.pw_uid)
+sys.exit(cli.main(argv))
+"""
+"""``kbsync ARGV`` as ``user``: the CLI loaded as root, then the process becomes the user
+(uid, gid, groups) before it connects. ``runuser -u USER -- kbsync`` cannot be used here:
+the interpreter lives under /root (0700), which the test users cannot reach."""
+
+
+def kbsync_as(env: dict[str, str], user: str, *args: str) -> subprocess.CompletedProcess:
+    """``kbsync ARGS`` run as ``user`` (see :data:`AS_USER`)."""
+    return subprocess.run([sys.executable, "-c", AS_USER, user, json.dumps(list(args))],
+                          env=env, capture_output=True, text=True, timeout=120, cwd="/")
+
+
+def kbsync(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``kbsync ARGS`` (this worktree's)."""
     argv = [sys.executable, "-m", "kbsync", *args]
-    if user is not None:
-        argv = ["runuser", "-u", user, "--", "env", *[f"{k}={v}" for k, v in env.items()
-                                                       if k.startswith(("KBSYNC_", "PYTHON",
-                                                                        "HF_", "PATH"))],
-                *argv]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
                           cwd="/")
 
