@@ -121,14 +121,14 @@ def run_serve(args, settings) -> int:
 
 def _log_to_stderr(verbose: bool) -> None:
     """The server's own lines (access log, hand-overs) at INFO on stderr, with a timestamp."""
-    serve_log = logging.getLogger("kbsync.serve")
-    serve_log.setLevel(logging.DEBUG if verbose else logging.INFO)
-    if verbose:
-        return  # the root handler shows everything already
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    serve_log.addHandler(handler)
-    serve_log.propagate = False
+    for name in ("kbsync.serve", "kbsync.store.edge"):  # requests, and the store's hand-overs
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+        if not verbose:  # else the root handler shows everything already
+            logger.addHandler(handler)
+            logger.propagate = False
 
 
 # --- the client side: search, ask, stats through KBSYNC_SERVER --------------------------------

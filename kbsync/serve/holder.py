@@ -8,9 +8,9 @@ ingest out, and must keep answering while it runs, so the store changes hands:
   owner's own ``kbsync search`` still works, with :attr:`RelayServer.on_release` set.
 - **An ingest starts:** it finds the folder locked and asks the relay to ``release`` it
   (:func:`kbsync.store.edge.relay_client.ask_release`). ``serve`` stops handing out the
-  store, lets the requests in flight finish, closes it (which stops its relay) and, for
-  :data:`HANDOVER_S`, only reads through the ingest's relay once it is up (*relay*): it never
-  snatches the folder back in between. Requests arriving meanwhile wait for it.
+  store, lets the requests in flight finish, closes it (which stops its relay) and, until the
+  ingest's relay answers (at most :data:`HANDOVER_S`), only waits for that relay: it never
+  snatches the folder back in between. Requests arriving meanwhile wait for it (~0.1 s).
 - **The ingest ends:** the relay client opens the folder directly
   (:class:`~kbsync.store.edge.relay_client.RelayStore`); once no request uses it, the
   holder closes that store and opens it again *direct*, relay included.
@@ -111,7 +111,10 @@ class StoreHolder:
                                                           self.settings.store_path)
         while time.monotonic() < self._yield_until:  # a writer asked: its relay, not the folder
             try:
-                return RelayStore.connect(path, sock), "relay"
+                store = RelayStore.connect(path, sock)
+                self._yield_until = 0.0  # the writer has it: from now on, the usual order
+                log.info("reading %s through the writer's relay (pid %s)", path, store.pid)
+                return store, "relay"
             except RelayUntrusted:
                 raise
             except Exception:  # noqa: BLE001 - not up yet (absent, refused): wait for it
@@ -119,6 +122,7 @@ class StoreHolder:
         try:
             store = EdgeStore(path)
         except StoreUnavailable:
+            log.info("%s is held by another process: reading through its relay", path)
             return open_reader(path, sock, wait_s=HANDOVER_S), "relay"
         if store.serve_readers(sock):
             store._relay.on_release = self._release

@@ -98,6 +98,12 @@ class Server:
             if line == "":
                 raise AssertionError(f"server exited before {text!r}:\n{''.join(self.log)}")
 
+    def seen(self) -> str:
+        """Every line so far (for a failure's message)."""
+        while not self.lines.empty():
+            self.log.append(self.lines.get_nowait())
+        return "".join(self.log)
+
     def signal(self, signum: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(signum)
