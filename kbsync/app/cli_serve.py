@@ -89,7 +89,7 @@ def run_serve(args, settings) -> int:
 
     _log_to_stderr(args.verbose)
     handler = Handler(settings, max_per_caller=args.max_per_caller)
-    doors = []
+    doors: list = []  # HttpServer, UnixServer: start() and stop()
     stop = threading.Event()
     try:
         if args.http is not None:

@@ -139,7 +139,8 @@ class ServerClient:
                     continue
                 raise self._gone(op, None)
             if reply.get("ok"):
-                return reply.get("result")
+                result: dict = reply.get("result") or {}
+                return result
             _raise(reply.get("error"))
         raise self._gone(op, None)
 

@@ -111,10 +111,10 @@ class StoreHolder:
                                                           self.settings.store_path)
         while time.monotonic() < self._yield_until:  # a writer asked: its relay, not the folder
             try:
-                store = RelayStore.connect(path, sock)
+                relayed = RelayStore.connect(path, sock)
                 self._yield_until = 0.0  # the writer has it: from now on, the usual order
-                log.info("reading %s through the writer's relay (pid %s)", path, store.pid)
-                return store, "relay"
+                log.info("reading %s through the writer's relay (pid %s)", path, relayed.pid)
+                return relayed, "relay"
             except RelayUntrusted:
                 raise
             except Exception:  # noqa: BLE001 - not up yet (absent, refused): wait for it
@@ -125,7 +125,7 @@ class StoreHolder:
             log.info("%s is held by another process: reading through its relay", path)
             return open_reader(path, sock, wait_s=HANDOVER_S), "relay"
         if store.serve_readers(sock):
-            store._relay.on_release = self._release
+            store._relay.on_release = self._release  # an ingest asking gets the folder
         log.info("serving %s directly", path)
         return store, "direct"
 

@@ -166,10 +166,10 @@ class UnixServer:
         reader = Reader.of_uid(uid)  # groups as NSS gives them now
         op, args = request.get("op"), request.get("args")
         if request.get("v") != PROTOCOL_VERSION:
-            outcome_error: KbsyncError | None = UsageError(
-                f"this server speaks protocol {PROTOCOL_VERSION}, the request "
-                f"{request.get('v')!r}: use the same kbsync version")
-            reply, counts = error_reply(outcome_error), {}
+            refusal = UsageError(f"this server speaks protocol {PROTOCOL_VERSION}, the request "
+                                 f"{request.get('v')!r}: use the same kbsync version")
+            outcome_error: KbsyncError | None = refusal
+            reply, counts = error_reply(refusal), {}
         else:
             outcome = self.handler.handle(op, args, reader)
             outcome_error, counts = outcome.error, outcome.counts
