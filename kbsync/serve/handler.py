@@ -158,9 +158,11 @@ class Handler:
         llm = chat_model(settings, optional=True) if (request.mqe or request.hyde) else None
 
         def work(store: Any) -> dict:
-            self._check_namespace(store, settings, request)
-            return search(request, store=store, service=build_embedding_service(settings),
-                          collection=settings.collection, llm=llm).to_dict()
+            result = search(request, store=store, service=build_embedding_service(settings),
+                            collection=settings.collection, llm=llm)
+            if not result.results:  # checked only then: one engine call less per search
+                self._check_namespace(store, settings, request)
+            return result.to_dict()
         return self.holder.run(work)
 
     def _ask(self, args: dict, reader: Reader) -> dict:
