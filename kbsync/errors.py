@@ -93,6 +93,9 @@ class ErrorCode(str, Enum):
     LLMPermanentError = "LLMPermanentError"
     QueryFileError = "QueryFileError"
     RetrievalRegression = "RetrievalRegression"
+    # serving (kbsync serve)
+    ServerBusy = "ServerBusy"
+    QueryTimeout = "QueryTimeout"
     # codes that are not exceptions
     EmbeddingFailed = "EmbeddingFailed"  # every chunk of a document fell back (stages)
     AmbiguousName = "AmbiguousName"  # discovery: two files map to one doc_id
@@ -402,3 +405,14 @@ class QueryFileError(UsageError):
 
 class RetrievalRegression(RunEndedFailed):
     """nDCG@10 of a mode dropped past the margin (exit 3); ``result`` is the evaluation."""
+
+
+# --- serving (kbsync serve) ----------------------------------------------------------
+class ServerBusy(TransientError):
+    """``kbsync serve`` refused a request: its caller already has the most requests in
+    flight that one caller may have, or the server is stopping; retry shortly."""
+
+
+class QueryTimeout(TransientError):
+    """``kbsync serve`` gave up waiting for a request's answer after its budget
+    (``KBSYNC_QUERY_TIMEOUT_S`` and a margin); the caller may retry."""

@@ -291,7 +291,8 @@ OTHER_VARIABLES = frozenset({
     "KBSYNC_DOCS_ROOT", "KBSYNC_NAMESPACE",  # deployments/github-actions-reindex.yml
     "KBSYNC_TEST_QDRANT_URL", "KBSYNC_TEST_QDRANT_API_KEY", "KBSYNC_TEST_UI_SHOTS",
     "KBSYNC_UPDATE_GOLDEN", "KBSYNC_REAL_SHARES_CACHE", "KBSYNC_EVAL_SHARES",
-    "KBSYNC_SERVER", "KBSYNC_TOKEN",  # a reader's door to a shared index (kbsync mcp, issue 40)
+    # kbsync serve and its clients (kbsync.serve, docs/serving.md), read before any Settings
+    "KBSYNC_SERVER", "KBSYNC_TOKEN", "KBSYNC_SERVE_LOG_QUERIES",
 })
 
 

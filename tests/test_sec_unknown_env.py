@@ -36,7 +36,8 @@ def test_a_misspelt_variable_is_warned_with_the_name_it_meant(tmp_path):
 
 
 def test_known_variables_and_the_allow_list_are_not_warned(tmp_path):
-    others = {name: "x" for name in OTHER_VARIABLES}
+    # KBSYNC_SERVER would send the command to a server (issue 40): known, but not inert
+    others = {name: "x" for name in OTHER_VARIABLES if name != "KBSYNC_SERVER"}
     done = _stats(tmp_path, KBSYNC_COLLECTION="kb", kbsync_chunk_tokens="200",
                   KBSYNC_QUERY_TIMEOUT_S="5", **others)
     assert done.returncode == 0, done.stderr

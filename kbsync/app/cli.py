@@ -18,7 +18,7 @@ from typing import Sequence
 
 from kbsync.app import cli_ask, cli_eval, cli_filters, cli_mcp, cli_rebuild
 
-from kbsync.app import cli_remove, cli_signals
+from kbsync.app import cli_remove, cli_serve, cli_signals
 
 from kbsync.app import cli_support
 
@@ -27,7 +27,7 @@ from kbsync.app.cli_support import (EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USA
                                 fraction_argument, k_argument, namespace_argument, run_result,
                                 score_argument, text_argument)
 log = logging.getLogger("kbsync.app.cli")
-UNRESOLVED = frozenset({"rebuild", "mcp"})
+UNRESOLVED = frozenset({"rebuild", "mcp", "serve"})
 """Commands handed the settings as configured, not aimed at the active collection once."""
 
 
@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_verify.register(sub)
     cli_rebuild.register(sub)
     cli_mcp.register(sub)
+    cli_serve.register(sub)
     return parser
 
 
@@ -140,11 +141,15 @@ def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         cli_support.setup_logging(args.verbose)
+        if args.command in ("search", "ask", "stats"):  # KBSYNC_SERVER: the server answers
+            client = cli_serve.remote_client()
+            if client is not None:
+                return cli_serve.run_remote(client, args)
         from kbsync.settings import load_settings
 
         configured = settings = load_settings()
-        # rebuild reads the environment as written: it holds the new settings; mcp resolves
-        # on each call (it outlives a rebuild's swap). The others follow the active
+        # rebuild reads the environment as written: it holds the new settings; mcp and serve
+        # resolve on each call (they outlive a rebuild's swap). The others follow the active
         # collection; resolving it may reach the store, so it comes after the settings are
         # known (a failure then names KBSYNC_QDRANT_URL).
         if args.command not in UNRESOLVED:
@@ -154,7 +159,7 @@ def _main(argv: list[str]) -> int:
         command = {"ingest": _ingest, "search": _search, "stats": _stats,
                    **cli_ask.COMMANDS, **cli_eval.COMMANDS, **cli_remove.COMMANDS,
                    **cli_verify.COMMANDS, **cli_rebuild.COMMANDS,
-                   **cli_mcp.COMMANDS}[args.command]
+                   **cli_mcp.COMMANDS, **cli_serve.COMMANDS}[args.command]
         if args.command in UNRESOLVED:
             return command(args, settings)
         from kbsync.catalog.active import resolved

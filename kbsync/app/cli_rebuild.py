@@ -106,7 +106,9 @@ def _restore(args, settings) -> int:
     from kbsync.store import open_store
 
     with write_locks(settings).hold(args.namespace, "restore"):  # the door's one decision
-        store = open_store(settings)
+        # a writer: `kbsync serve` holding the store hands it over, and reads through
+        # this process's relay meanwhile (kbsync.serve.holder)
+        store = open_store(settings, serve_readers=True)
         try:
             pointer = restore(settings, args.restore, store)
         finally:

@@ -85,7 +85,9 @@ def run_remove(args, settings) -> int:
     # follow: a rebuild that swapped while this removal waited for the lock made another
     # collection active; the removal applies to that one (and to the one it replaced).
     with write_locks(settings).hold(target.namespace, "remove", follow=True) as settings:
-        store = open_store(settings)
+        # a writer: `kbsync serve` holding the store hands it over, and reads through
+        # this process's relay meanwhile (kbsync.serve.holder)
+        store = open_store(settings, serve_readers=True)
         try:
             removed = remove(store, collection=settings.collection,
                              state_collection=settings.state_collection, target=target)

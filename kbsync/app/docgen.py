@@ -145,10 +145,12 @@ OTHER_NOTES: dict[str, str] = {
                                 "cached (default `~/.cache/kbsync-real-shares`)",
     "KBSYNC_EVAL_SHARES": "benchmarks: where `tests/bench/retrieval_bench.py` finds the eval "
                           "shares (default `~/.cache/kbsync-eval`)",
-    "KBSYNC_SERVER": "a reader's door to a shared index, `unix:PATH` or `http://HOST:PORT` of "
-                     "`kbsync serve`: `kbsync mcp` reads through it instead of its own store "
-                     "([Agents](../agents.md))",
-    "KBSYNC_TOKEN": "the bearer token of `KBSYNC_SERVER` over HTTP",
+    "KBSYNC_SERVER": "readers: `unix:PATH` or `http://HOST:PORT` of a `kbsync serve`; "
+                     "`search`, `ask`, `stats` and `kbsync mcp` then ask it "
+                     "([Serving](../serving.md), [Agents](../agents.md))",
+    "KBSYNC_TOKEN": "readers: the bearer token sent to an HTTP `KBSYNC_SERVER`",
+    "KBSYNC_SERVE_LOG_QUERIES": "`kbsync serve`: `1` puts the query text in the access log "
+                                "(as `--log-queries`)",
 }
 
 

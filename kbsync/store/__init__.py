@@ -69,7 +69,12 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
         try:
             store = EdgeStore(settings.store_path)
         except StoreUnavailable:
-            return open_reader(settings.store_path, relay_socket)
+            # `kbsync serve` holding it hands it over (kbsync.serve.holder); an ingest does not
+            from kbsync.store.edge.relay_client import ask_release
+
+            store = ask_release(settings.store_path, relay_socket)
+            if store is None:
+                return open_reader(settings.store_path, relay_socket)
         store.serve_readers(relay_socket)
         return store
     return open_reader(settings.store_path, relay_socket)

@@ -16,7 +16,8 @@ Layers, lowest first (a module may import its own wing and any lower layer):
 2. ``kbsync.catalog``: what a collection is
 3. the sibling wings ``kbsync.ingest`` and ``kbsync.query``: neither imports the other
 4. ``kbsync.eval`` (never ``kbsync.ingest``)   5. ``kbsync.maintenance``
-6. ``kbsync.runtime``, the composition root
+6. ``kbsync.runtime``, the composition root, and ``kbsync.serve`` (the server's handler and
+   doors, issue 40: below the CLI that starts it, beside the runtime it never imports)
 7. the front doors: ``kbsync.app``, ``kbsync.api``, ``kbsync.mcp_server`` (``kbsync mcp``),
    ``kbsync`` itself
 8. ``tasks``   9. ``flows`` and ``deployments``
@@ -43,7 +44,7 @@ LAYERS = {
     "kbsync.retrying": 0, "kbsync.home": 0,
     "kbsync.text": 1, "kbsync.convert": 1, "kbsync.embed": 1, "kbsync.store": 1,
     "kbsync.perms": 1, "kbsync.catalog": 2, "kbsync.ingest": 3, "kbsync.query": 3, "kbsync.eval": 4,
-    "kbsync.maintenance": 5, "kbsync.runtime": 6,
+    "kbsync.maintenance": 5, "kbsync.runtime": 6, "kbsync.serve": 6,
     "kbsync.app": FRONT, "kbsync.api": FRONT, "kbsync.mcp_server": FRONT, "kbsync": FRONT,
     "tasks": 8, "flows": 9, "deployments": 9,
 }

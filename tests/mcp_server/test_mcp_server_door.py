@@ -6,8 +6,7 @@ themselves (``runuser``) with ``KBSYNC_SERVER=unix:PATH``, driven by the SDK's s
 doc_ids each user's ``search`` can return, and the documents ``namespaces`` counts for them,
 equal the files the kernel lets that user read.
 
-Written against the interface of issue 40's other door (``kbsync serve``, and
-``kbsync.serve.client.connect_from_env``); skipped until that door exists in this tree. The
+Uses issue 40's other door (``kbsync serve``, and ``kbsync.serve.client.connect_from_env``). The
 in-process case needs no such test: the store is private (0700) to its owner, so the only reader
 in process is the owner.
 """
@@ -136,11 +135,12 @@ def test_every_readers_mcp_view_through_the_server_equals_the_kernels(tmp_path) 
         sock = base / "kbsync.sock"
         address = f"unix:{sock}"
         with (tmp_path / "serve.log").open("wb") as log:
+            # every test user may connect; the kernel names each one
             serve = subprocess.Popen([sys.executable, "-m", "kbsync", "serve", "--socket",
-                                      str(sock)], env=env, cwd=REPO, stdout=log, stderr=log)
+                                      str(sock), "--socket-mode", "0666"],
+                                     env=env, cwd=REPO, stdout=log, stderr=log)
         try:
             _wait_for_server(address, serve)
-            sock.chmod(0o666)  # every test user may connect; the kernel names each one
             for user in people.users:
                 expected = {f"share/{p.relative_to(root).as_posix()}"
                             for p in kernel_readable(user, files)}

@@ -19,7 +19,10 @@ reply ``{"v": 1, "ok": true, "result": ...}`` or ``{"v": 1, "ok": false,
 "error": {"kind": KIND, "message": ...}}`` where ``KIND`` names a class of
 ``kbsync.errors``. The first request on a connection is ``hello`` (answers the
 server's pid). ``OPS`` lists the other operations: the reads of
-``VectorStore`` (scroll goes page by page).
+``VectorStore`` (scroll goes page by page). ``release`` asks the holder to give the
+store up (a writer wants it): only a holder that set :attr:`RelayServer.on_release`
+(``kbsync serve``, :mod:`kbsync.serve.holder`) agrees; it answers at once and closes the
+store soon after, and an ingest holding it refuses.
 
 The client side is :mod:`kbsync.store.edge.relay_client`.
 """
@@ -77,8 +80,9 @@ def send_frame(sock: socket.socket, message: dict) -> None:
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def recv_frame(sock: socket.socket) -> dict | None:
-    """Receive one message; ``None`` when the peer closed before sending one.
+def recv_frame(sock: socket.socket, max_size: int = MAX_FRAME) -> dict | None:
+    """Receive one message of at most ``max_size`` bytes; ``None`` when the peer closed
+    before sending one.
 
     Raises:
         StoreError: a malformed or oversized message.
@@ -89,8 +93,8 @@ def recv_frame(sock: socket.socket) -> dict | None:
     if header is None:
         return None
     (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise StoreError(f"relay message of {size} bytes is over the {MAX_FRAME}-byte limit")
+    if size > max_size:
+        raise StoreError(f"relay message of {size} bytes is over the {max_size}-byte limit")
     body = _recv_exact(sock, size, eof_ok=False)
     assert body is not None  # without eof_ok, EOF raises
     try:
@@ -244,6 +248,9 @@ class RelayServer:
         self._conns: dict[socket.socket, threading.Thread] = {}
         self._accepter = threading.Thread(target=self._accept_loop, name="kbsync-relay",
                                           daemon=True)
+        self.on_release: Callable[[], None] | None = None
+        """Called (on a thread of its own) when a writer asks for the store; ``None``:
+        this holder does not hand it over (an ingest)."""
 
     @classmethod
     def start(cls, store: Any, path: Path) -> "RelayServer":
@@ -323,6 +330,13 @@ class RelayServer:
         if op == "hello":
             return {"v": PROTOCOL_VERSION, "ok": True,
                     "result": {"pid": os.getpid(), "store": str(self.store.path)}}
+        if op == "release":
+            if self.on_release is None:
+                return error_reply(StoreUnavailable(
+                    f"the process holding {self.store.path} (pid {os.getpid()}) does not hand "
+                    "the store over"))
+            threading.Thread(target=self.on_release, name="kbsync-release", daemon=True).start()
+            return {"v": PROTOCOL_VERSION, "ok": True, "result": {"pid": os.getpid()}}
         try:
             result = run_op(self.store, op, request.get("args") or {})
         except KbsyncError as exc:

@@ -67,6 +67,38 @@ def open_reader(store_path: Path, socket_path: Path, *, wait_s: float = OPEN_WAI
     return _acquire(Path(store_path), Path(socket_path), wait_s, connect)
 
 
+def ask_release(store_path: Path, socket_path: Path, *, wait_s: float = 30.0) -> Any:
+    """For a writer that found the folder locked: ask its holder to hand it over (only
+    ``kbsync serve`` agrees, see :mod:`kbsync.store.edge.relay`) and return the
+    ``EdgeStore`` once it is free, within ``wait_s``; ``None`` when the holder refused,
+    serves no relay, or kept the store.
+    """
+    from kbsync.store.edge.store import EdgeStore
+
+    try:
+        store = RelayStore.connect(store_path, socket_path, call_timeout_s=5.0)
+    except (_RelayAbsent, KbsyncError) as exc:
+        log.debug("no holder to ask for %s: %s", store_path, exc)
+        return None
+    try:
+        with store._lock:
+            store._exchange("release", {})
+    except (_NotSent, KbsyncError) as exc:
+        log.debug("the holder of %s keeps it: %s", store_path, exc)
+        return None
+    finally:
+        store.close()
+    log.info("the server holding %s (pid %s) hands it over", store_path, store.pid)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return EdgeStore(store_path)
+        except StoreUnavailable:
+            if time.monotonic() >= deadline:
+                return None
+        time.sleep(_POLL_S)
+
+
 def _acquire(store_path: Path, socket_path: Path, wait_s: float,
              connect: Callable[[], T]) -> Any:
     from kbsync.store.edge.store import EdgeStore

@@ -1,0 +1,66 @@
+"""``kbsync serve`` shares the embedded store with the nightly ingest (issue 40): a server
+holding it hands it over when an ingest asks, answers every search meanwhile through the
+ingest's relay, and holds it again afterwards, the new documents included."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from serving import Server, kbsync, serve_env
+
+from kbsync.serve.client import ServerClient
+
+
+def _share(root, start: int, count: int, word: str) -> None:
+    for i in range(start, start + count):
+        folder = root / f"f{i % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"doc{i}.md").write_text(f"# Note {i}\n\n{word} report number {i}: the "
+                                           f"{word} was measured twice.\n")
+
+
+@pytest.mark.slow  # ~1 minute: two Prefect ingests
+def test_an_ingest_takes_the_store_from_serve_and_searches_never_fail(prefect_api,
+                                                                      tmp_path) -> None:
+    root = tmp_path / "share"
+    _share(root, 0, 40, "volcano")
+    env = serve_env(tmp_path / "home", prefect_api)
+    done = kbsync(env, "ingest", f"share={root}", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    sock = tmp_path / "kb.sock"
+    with Server(env, "--socket", str(sock)) as server:
+        client = ServerClient(unix=sock)
+        assert client.health()["store"] in ("idle", "direct")
+        assert client.search({"query": "volcano", "k": 3})["results"]
+        assert client.health()["store"] == "direct"
+        stop, errors, answered = threading.Event(), [], [0]
+
+        def hammer() -> None:
+            with ServerClient(unix=sock) as mine:
+                while not stop.is_set():
+                    try:
+                        mine.search({"query": "volcano measured", "k": 5})
+                        answered[0] += 1
+                    except Exception as exc:  # noqa: BLE001 - counted, then asserted none
+                        errors.append(exc)
+        threads = [threading.Thread(target=hammer) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        _share(root, 40, 20, "glacier")
+        done = kbsync(env, "ingest", f"share={root}", "--json", timeout=600)
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        assert done.returncode == 0, done.stderr  # never locked out by serve
+        assert errors == [] and answered[0] > 0, server.seen() + done.stderr
+        server.wait_for("handed the store over")
+        hits = client.search({"query": "glacier measured", "k": 5})["results"]
+        assert hits and all("glacier" in h["text"] for h in hits)
+        assert client.health()["handovers"] >= 1
+        waits = [float(m) for m in re.findall(r"route=unix:search latency_ms=([0-9.]+)",
+                                              server.seen())]
+        print(f"searches during the ingest: {answered[0]}, slowest {max(waits):.0f} ms, "
+              f"median {sorted(waits)[len(waits) // 2]:.1f} ms")
