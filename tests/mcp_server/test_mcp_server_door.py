@@ -13,7 +13,6 @@ in process is the owner.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import site
@@ -39,17 +38,8 @@ tree with the venv's packages on PYTHONPATH, as tests/store/test_sec_shared_grou
 SERVE_READY_S = 60
 
 
-def _has_server_door() -> bool:
-    try:
-        return importlib.util.find_spec("kbsync.serve.client") is not None
-    except ModuleNotFoundError:
-        return False
-
-
 pytestmark = [
     pytest.mark.slow,  # users, an ingest, a server and one MCP server per user: ~30 s
-    pytest.mark.skipif(not _has_server_door(), reason="kbsync serve (issue 40's other door) is "
-                                                      "not in this tree yet"),
     pytest.mark.skipif(not os.access(PYTHON, os.X_OK), reason=f"{PYTHON} not found"),
 ]
 
