@@ -52,7 +52,7 @@ class ArgumentParser(argparse.ArgumentParser):
             message += _did_you_mean(choice.group(1), choices)
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         """argparse's, but an unknown option is named with the closest options of the
         subcommand given ("did you mean --namespace?") and that subcommand's ``--help``.
 
