@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     srch = sub.add_parser("search", help="search the knowledge base (no Prefect server needed)")
     srch.add_argument("query", metavar="QUERY", type=text_argument)
-    srch.add_argument("--namespace", type=namespace_argument, default="default")
+    srch.add_argument("--namespace", type=namespace_argument, default="default", metavar="NS",
+                      help="namespace searched (default: default; `kbsync stats` lists them)")
     srch.add_argument("-k", type=k_argument, default=5, help="number of results (default 5)")
     srch.add_argument("--min-score", type=score_argument, default=None, metavar="S",
                       help="drop hits scoring below S (cosine in dense mode, fused score 0-1 in hybrid)")
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_filters.register(srch)
 
     st = sub.add_parser("stats", help="documents and chunks per namespace")
-    st.add_argument("--namespace", type=namespace_argument, default=None,
+    st.add_argument("--namespace", type=namespace_argument, default=None, metavar="NS",
                     help="only this namespace")
     st.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     cli_filters.register_reader(st)
@@ -280,7 +281,7 @@ def _search(args, settings) -> int:
     request = cli_filters.request_of(args, args.query, mode=args.mode, mqe=args.mqe,
                                      hyde=args.hyde, min_score=args.min_score)
     llm = chat_model(settings, optional=True) if (request.mqe or request.hyde) else None
-    store = cli_support.indexed_store(settings, request.namespace)
+    store = cli_support.indexed_store(settings, request.namespace, named=True)
     if store is None:  # answered at once: no model loaded, no folder created
         result = SearchResult(query=request.query, namespace=request.namespace,
                               mode=request.mode.value, raw_count=0, kept_count=0,
@@ -307,6 +308,8 @@ def _stats(args, settings) -> int:
         data = empty_stats(settings, args.namespace)
     else:
         try:
+            if args.namespace is not None:
+                cli_support.check_namespace(store, settings, args.namespace)
             data = collect_stats(store, settings, args.namespace, as_user=args.as_user)
         finally:
             store.close()

@@ -20,7 +20,9 @@ def register(sub) -> None:
     ask = sub.add_parser("ask", help="answer a question from the knowledge base, with citations "
                                      "(needs KBSYNC_LLM_*)")
     ask.add_argument("question", metavar="QUESTION", type=text_argument)
-    ask.add_argument("--namespace", type=namespace_argument, default="default")
+    ask.add_argument("--namespace", type=namespace_argument, default="default", metavar="NS",
+                     help="namespace searched for the answer (default: default; `kbsync stats` "
+                          "lists them)")
     ask.add_argument("-k", type=k_argument, default=5, help="chunks retrieved (default 5)")
     ask.add_argument("--min-score", type=score_argument, default=None, metavar="S",
                      help="ignore chunks scoring below S; nothing above it = no answer "
@@ -38,7 +40,7 @@ def run_ask(args, settings) -> int:
     request = cli_filters.request_of(
         args, args.question,
         min_score=DEFAULT_MIN_SCORE if args.min_score is None else args.min_score)
-    store = cli_support.indexed_store(settings, request.namespace)
+    store = cli_support.indexed_store(settings, request.namespace, named=True)
     if store is None:  # answered at once, without the model or the chat model
         answer = _nothing_indexed(request, settings)
     else:

@@ -21,11 +21,13 @@ def register(sub) -> None:
                                "against the last passing run in --report-dir.")
     ev.add_argument("queries_file", metavar="QUERIES_FILE",
                     help="JSONL {query, relevant[]} or CSV query,relevant (| between doc_ids)")
-    ev.add_argument("--namespace", type=namespace_argument, default="default")
+    ev.add_argument("--namespace", type=namespace_argument, default="default", metavar="NS",
+                    help="namespace the queries are evaluated in (default: default)")
     ev.add_argument("-k", type=k_argument, default=10,
                     help="documents ranked per query (default 10)")
-    ev.add_argument("--modes", default="dense", metavar="M1,M2",
-                    help="comma-separated: dense, hybrid, with +mqeN / +hyde (default dense)")
+    ev.add_argument("--modes", default="hybrid", metavar="M1,M2",
+                    help="comma-separated: dense, hybrid, with +mqeN / +hyde (default hybrid, "
+                         "what search uses; see docs/retrieval.md)")
     ev.add_argument("--report-dir", default="reports/eval", metavar="DIR",
                     help="reports and history (default reports/eval)")
     ev.add_argument("--max-drop", type=fraction_argument, default=0.02, metavar="M",

@@ -17,12 +17,14 @@ Invariants the CLI keeps with these helpers:
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import math
 import os
+import re
 import sys
-from typing import NoReturn
+from typing import NoReturn, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from kbsync.app.terminal import TerminalSafeFormatter, json_terminal_safe, terminal_safe
@@ -42,8 +44,44 @@ class ArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        """Raise instead of printing the usage block and exiting."""
+        """Raise instead of printing the usage block and exiting (with "did you mean" for a
+        misspelt subcommand)."""
+        choice = _INVALID_CHOICE.search(message)
+        if choice:
+            choices = [c.strip().strip("'\"") for c in choice.group(2).split(",")]
+            message += _did_you_mean(choice.group(1), choices)
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but an unknown option is named with the closest options of the
+        subcommand given ("did you mean --namespace?") and that subcommand's ``--help``.
+
+        Abbreviations stay allowed (argparse's ``allow_abbrev``): a prefix of one option is
+        that option, a prefix of several is refused naming them all."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if not extras:
+            return parsed
+        parser = self._chosen(parsed)
+        options = [o for action in parser._actions for o in action.option_strings]
+        hints = "".join(_did_you_mean(e.split("=", 1)[0], options)
+                        for e in extras if e.startswith("-"))
+        parser.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The subcommand's parser ``parsed`` went through (this one when there is none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(getattr(parsed, action.dest, None) or "", self)
+        return self
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '?([^'\s]*)'? \(choose from (.*)\)")
+
+
+def _did_you_mean(given: str, candidates: Sequence[str]) -> str:
+    """`` (did you mean X?)`` naming the closest of ``candidates`` to ``given``, or ``""``."""
+    close = difflib.get_close_matches(given, candidates, n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 # -- argument types -------------------------------------------------------------------------
@@ -276,13 +314,17 @@ def _as_kbsync_error(error) -> BaseException:
 
 
 # -- reading an index that may not exist ---------------------------------------------------
-def indexed_store(settings, namespace: str | None = None):
+def indexed_store(settings, namespace: str | None = None, *, named: bool = False):
     """The store, opened for reading, when it holds something to read; else ``None``.
 
     ``None`` when the collection does not exist (or ``namespace``, when given,
     holds no point). On the embedded engine the collection's folder is looked
     for first, so a missing store is neither opened nor created: reading never
     makes folders. The caller closes the returned store.
+
+    Raises:
+        UsageError: with ``named`` (a namespace a person typed), ``namespace`` holds no
+            point while the store holds other namespaces (:func:`check_namespace`).
     """
     from kbsync.store import open_store
     from kbsync.store.base import Filter
@@ -297,6 +339,8 @@ def indexed_store(settings, namespace: str | None = None):
         empty = store.collection_dimension(settings.collection) is None or (
             namespace is not None
             and store.count(settings.collection, Filter.where(namespace=namespace)) == 0)
+        if empty and named and namespace is not None:
+            check_namespace(store, settings, namespace)
     except BaseException:
         store.close()
         raise
@@ -306,10 +350,29 @@ def indexed_store(settings, namespace: str | None = None):
     return store
 
 
+def check_namespace(store, settings, namespace: str) -> None:
+    """Refuse a ``--namespace`` the store does not hold while it holds others (a misspelt
+    name): one line naming those that exist. A store that holds no namespace passes (its
+    readers answer that nothing is indexed yet).
+
+    Raises:
+        UsageError: ``namespace`` has no document and others have.
+    """
+    from kbsync.catalog.state import StateStore
+
+    known = sorted(StateStore(store, settings.state_collection).namespaces())
+    if known and namespace not in known:
+        raise UsageError(f"namespace {namespace!r} holds nothing in collection "
+                         f"{settings.collection!r}; its namespaces: {', '.join(known)}")
+
+
 def nothing_indexed(settings, namespace: str | None = None) -> str:
     """The answer of a read on an empty or missing store (names where it looked)."""
     where = (f"on {safe_url(settings.qdrant_url)}" if settings.qdrant_url
-             else f"under {settings.store_path}")
+             else f"under {os.path.abspath(settings.store_path)}")
+    if not settings.qdrant_url and not settings.home.is_absolute():
+        # ./.kbsync follows the working folder: a shell elsewhere sees another (empty) home
+        where += f" (KBSYNC_HOME={settings.home} is relative to the working folder)"
     what = f"namespace {namespace!r} of collection" if namespace is not None else "collection"
     return (f"nothing is indexed yet in {what} {settings.collection!r} {where}: "
             "run `kbsync ingest ROOT` first")

@@ -59,7 +59,9 @@ def run_verify(args, settings) -> int:
     if args.json:
         emit(data)
     else:
-        _print(data)
+        from kbsync.app.cli_support import nothing_indexed
+
+        _print(data, empty=nothing_indexed(settings, args.namespace))
     broken = not args.repair and (data["damaged"] or data["unreadable"])
     return EXIT_PARTIAL if data["remaining"] or data["pending_removals"] or broken else EXIT_OK
 
@@ -134,8 +136,9 @@ def _removals(runtime, args, removals: dict, locks) -> None:
             namespace=args.namespace)]
 
 
-def _print(data: dict) -> None:
-    """The readable report: one line per namespace, one per kind of drift."""
+def _print(data: dict, *, empty: str = "nothing is indexed yet") -> None:
+    """The readable report: one line per namespace, one per kind of drift; ``empty`` when
+    nothing was there to check (rather than "no drift")."""
     from kbsync.app.console import out
 
     def say(text: str) -> None:
@@ -187,6 +190,11 @@ def _print(data: dict) -> None:
     if not repair and (data["damaged"] or data["unreadable"]):
         say("the store is damaged: `kbsync verify --repair` sets the damage aside and rebuilds "
             "what it held from the files")
+    if not (data["namespaces"] or data["remaining"] or data["collection_missing"]
+            or data["damaged"] or data["unreadable"] or data["set_aside"]
+            or data["pending_removals"] or data["removals_finished"] or repair):
+        out.print(empty, highlight=False, markup=False, soft_wrap=True)
+        return
     say("no drift" if not data["remaining"] else
         f"{data['remaining']} documents drifted" + ("" if repair else
                                                      ": `kbsync verify --repair` fixes it"))

@@ -9,7 +9,8 @@ name like ``[/]`` or ``[link=...]`` prints as itself instead of as markup.
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+import time
+from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderHook, RenderResult
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from kbsync.app.terminal import terminal_safe
 
+from kbsync.ingest.progress import Progress, listening
 from kbsync.ingest.report import ignored_line, shown_fields
 from kbsync.query.search import SearchResult, citation
 
@@ -59,11 +61,47 @@ def labelled(style: str, label: str, text: str) -> str:
     return f"[{style}]{label}[/{style}] {escape(terminal_safe(text, one_line=True))}"
 
 
+INGEST_STATUS = "kbsync: ingesting (Prefect flow running)..."
+
+
 @contextmanager
 def ingest_status(enabled: bool) -> Iterator[None]:
-    """A spinner on stderr while the flow runs (the flow logs batch progress)."""
-    with err.status("kbsync: ingesting (Prefect flow running)...") if enabled else nullcontext():
+    """A spinner on stderr while the flow runs; on a terminal its line follows the run's
+    progress (:mod:`kbsync.ingest.progress`, :func:`progress_line`) as batches finish.
+
+    Elsewhere (stderr not a terminal) the spinner is transient and prints nothing, as before.
+    """
+    if not enabled:
         yield
+        return
+    with err.status(INGEST_STATUS) as status:
+        if not err.is_terminal:
+            yield
+            return
+        began: list[float] = []
+
+        def show(progress: Progress) -> None:
+            now = time.monotonic()
+            began[:] = began or [now]  # from the first plan: Prefect's start is not work
+            status.update(progress_line(progress, now - began[0]))
+
+        with listening(show):
+            yield
+
+
+def progress_line(progress: Progress, elapsed_s: float) -> str:
+    """``kbsync: ingesting 96/400 files, 1,234 chunks embedded, ETA 0:42`` (``/400+`` while
+    more is to be planned; the ETA once a batch is done, at the rate so far)."""
+    more = "" if progress.complete else "+"
+    line = (f"kbsync: ingesting {progress.files_done}/{progress.files_planned}{more} files, "
+            f"{progress.chunks_embedded:,} chunks embedded")
+    left = progress.files_planned - progress.files_done
+    if progress.files_done and left > 0:
+        eta = round(elapsed_s / progress.files_done * left)
+        line += f", ETA {eta // 60}:{eta % 60:02d}"
+    elif not left and progress.complete:
+        line += ", finishing"
+    return line
 
 
 def print_ingest(summary: dict) -> None:

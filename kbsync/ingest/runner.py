@@ -37,8 +37,9 @@ from kbsync.ingest.discover import iter_batches
 from kbsync.ingest.executor import CONTEXT, Executor, InProcess
 from kbsync.catalog.lock import WriteLocks, given_or_embedded
 from kbsync.ingest.plan import DeleteGuard, RootPlan
+from kbsync.ingest.progress import Meter
 from kbsync.ingest.stages import StageResult
-from kbsync.ingest.summary import IngestSummary, Tally, new_run_id
+from kbsync.ingest.summary import Count, IngestSummary, Tally, new_run_id
 from kbsync.models import PlanAction, RootSpec, SyncMode
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,10 @@ def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
             if not request.dry_run:
                 sealed = executor.call(steps.seal_store, CONTEXT, label="seal-store")
                 tally.sealed(sealed["points"], sealed["seconds"])
+            meter = Meter(len(request.roots))
             for spec in request.roots:
-                tally.merge(executor.run_root(spec.name, _root_body(spec, request, executor)))
+                tally.merge(executor.run_root(spec.name,
+                                              _root_body(spec, request, executor, meter)))
     return tally.close(started)
 
 
@@ -120,13 +123,14 @@ def _check_run(request: IngestRequest, executor: Executor, tally: Tally) -> None
     tally.warn(*([missing] if missing else []))
 
 
-def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor):
+def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor, meter: Meter):
     def body() -> dict:
-        return ingest_root(spec, request, executor).to_dict()
+        return ingest_root(spec, request, executor, meter=meter).to_dict()
     return body
 
 
-def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> IngestSummary:
+def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor, *,
+                meter: Meter | None = None) -> IngestSummary:
     """One root, slice by slice (``config.files_per_slice`` files in doc_id order): plan the
     slice, run its batches through the stages, heal, finish it; the last slice also deletes
     what the root's plan deletes. The next slice is planned while this one's batches run
@@ -134,8 +138,10 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
     at most two slices' plans.
 
     The plan also reprocesses documents whose points no longer match their state
-    (``kbsync.catalog.checks.check_root``), counted in ``repaired``.
+    (``kbsync.catalog.checks.check_root``), counted in ``repaired``. ``meter`` is told each
+    slice's plan and each batch (:mod:`kbsync.ingest.progress`).
     """
+    meter = meter if meter is not None else Meter(1)
     tally = _new_tally(request, executor)
     with tally.kept():  # the root's counts reached ride on any exception (the run adds them)
         # "plan" counts the waits for plans (an executor that runs a step at once, as the
@@ -159,7 +165,8 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor) -> I
                                                               *rp.plan.of(PlanAction.HEAL)])
                 raise
             if not request.dry_run:
-                done = _process_slice(spec, rp, request, executor, tally, this, done)
+                meter.planned(len(rp.to_process()), last_slice=rp.cursor is None)
+                done = _process_slice(spec, rp, request, executor, tally, this, done, meter)
             if planned is None:
                 return tally.summary
 
@@ -172,7 +179,7 @@ def _submit_plan(spec: RootSpec, request: IngestRequest, executor: Executor, *, 
 
 
 def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executor: Executor,
-                   tally: Tally, planned: Any, done: int) -> int:
+                   tally: Tally, planned: Any, done: int, meter: Meter) -> int:
     """A slice's batches, its heal and its finish; returns the root's batches done.
 
     Planned work not yet reported, by batch number (the heal last): when the run stops, the
@@ -186,6 +193,7 @@ def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executo
         for number, results in run_batches(spec.name, rp, request, executor, after=[planned],
                                            before=done, work=work):
             tally.add(*results)
+            meter.batch_done(len(batches[number]), _chunks_embedded(results))
             work.reported(number)
             done += 1
         with tally.timed("finish"):
@@ -201,6 +209,12 @@ def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executo
         raise
     tally.finished(rp, *finished)
     return done
+
+
+def _chunks_embedded(results: Sequence[StageResult]) -> int:
+    """Chunks a batch embedded, computed or taken from the cache."""
+    return sum(r.counters.get(Count.EMBEDDINGS_COMPUTED, 0)
+               + r.counters.get(Count.EMBEDDINGS_CACHED, 0) for r in results)
 
 
 @dataclass

@@ -116,7 +116,8 @@ def test_evaluate_sample_then_gate_trips_on_a_drop(prefect_api, sample_kb, tmp_p
     # The CLI exits 3 and prints the numbers on stderr (--accept: see tests/eval/test_report.py).
     from kbsync.app.cli_eval import run_eval
 
-    code = run_eval(_cli_args(QUERIES, "-k", "5", "--report-dir", str(reports), "--json"),
+    code = run_eval(_cli_args(QUERIES, "-k", "5", "--modes", "dense", "--report-dir",
+                              str(reports), "--json"),
                     sample_kb)
     out, err = capsys.readouterr()
     assert code == 3

@@ -46,7 +46,8 @@ def test_search_and_eval_filters_through_the_cli(prefect_api, tmp_path):
                                    "relevant": ["beta/docs/policy.pdf"]}) + "\n",
                        encoding="utf-8")
     code, result, err = run_kbsync(env, "eval", str(queries), "--root", "beta", "--type", "pdf",
-                                   "--report-dir", str(tmp_path / "reports"), "--json")
+                                   "--modes", "dense", "--report-dir", str(tmp_path / "reports"),
+                                   "--json")
     assert code == 0, err
     assert result["filters"] == {"root": "beta", "path_prefix": None, "types": ["pdf"],
                                  "modified_since": None}

@@ -69,7 +69,7 @@ def test_rebuild_swaps_when_no_worse_then_rolls_back(prefect_api, tmp_path):
     assert (again["unchanged"], again["updated"]) == (len(TOPICS), 0), again
     code, hits, err = run_kbsync(env, "search", "the orchard3 site", "--json")
     assert code == 0 and hits["results"][0]["doc_id"] == "share/d0/orchard3.md", err
-    code, evaluated, err = run_kbsync(env, "eval", str(queries), "--json",
+    code, evaluated, err = run_kbsync(env, "eval", str(queries), "--json", "--modes", "dense",
                                       "--report-dir", str(tmp_path / "reports"))
     assert code == 0 and evaluated["modes"]["dense"]["ndcg@10"] == decision["modes"]["dense"][
         "shadow"], err
