@@ -66,7 +66,9 @@ def known_failures(namespace: str) -> set[str]:
     from prefect.artifacts import Artifact
 
     try:
-        latest = Artifact.get(artifact_key("kbsync-ingest-failures", namespace))
+        # Called from sync code, Prefect's async_dispatch runs the sync implementation.
+        latest = cast("Artifact | None",
+                      Artifact.get(artifact_key("kbsync-ingest-failures", namespace)))
     except Exception:  # noqa: BLE001 - no history to compare with: every failure is new
         return set()
     data = latest.data if latest is not None else None

@@ -16,15 +16,14 @@ Limits: no multi-column reading-order repair beyond pymupdf's block order.
 
 from __future__ import annotations
 
-import io
 import logging
 import re
-import threading
 from collections import Counter
 from dataclasses import dataclass
 
 from kbsync.convert.ocr import (ENABLE_HINT, NO_OCR, OcrConfig, is_garbled, read_scanned_pages,
                                 scan_message)
+from kbsync.convert.pdf_fallback import convert_pypdf, pypdf_notes
 from kbsync.convert.text import Extracted, join_pages, normalize_newlines
 from kbsync.errors import (CorruptDocument, EmptyDocument, EncryptedDocument, FileTooLarge,
                            NoTextLayer)
@@ -39,35 +38,6 @@ _MARGIN_FRACTION = 0.08
 _MAX_TABLE_PAGES = 300  # a deterministic bound on table detection cost per document
 _DIGITS = re.compile(r"\d+")
 _ATX_START = re.compile(r"#{1,6}(\s|$)")
-
-
-PYPDF_LOGGER = "pypdf"
-"""pypdf's logger. Its warnings on a broken file ("invalid pdf header", "EOF marker not
-found") went to stderr as raw library lines through Python's last-resort handler (a
-conversion worker process has no other): they are routed through ours at DEBUG instead
-(:class:`_PypdfNotes`), and the ones of a file's conversion join its notes."""
-
-_notes = threading.local()
-
-
-class _PypdfNotes(logging.Handler):
-    """pypdf's records: the current conversion's notes (this thread's), and a DEBUG line
-    of ours; never stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = " ".join(record.getMessage().split())
-        taken = getattr(_notes, "lines", None)
-        if taken is not None and text not in taken:
-            taken.append(text)
-        logger.debug("pypdf: %s", text)
-
-
-def _route_pypdf() -> None:
-    """Send pypdf's logger to :class:`_PypdfNotes` only (once)."""
-    pypdf_log = logging.getLogger(PYPDF_LOGGER)
-    if not any(isinstance(h, _PypdfNotes) for h in pypdf_log.handlers):
-        pypdf_log.addHandler(_PypdfNotes())
-    pypdf_log.propagate = False
 
 
 class _PymupdfFailed(Exception):
@@ -102,19 +72,15 @@ def convert_pdf(data: bytes, *, name: str, ocr: OcrConfig = NO_OCR) -> Extracted
     except Exception as exc:  # any pymupdf failure: the fallback decides
         first = exc
     logger.info("%s: pymupdf failed (%s), trying pypdf", name, _short(first))
-    _route_pypdf()
-    _notes.lines = []
-    try:
-        result = _convert_pypdf(data, name)
-    except (EncryptedDocument, EmptyDocument, MemoryError):
-        raise
-    except Exception as exc:
-        said = f"; pypdf noted: {'; '.join(_notes.lines)[:160]}" if _notes.lines else ""
-        raise CorruptDocument(
-            f"{name}: not a readable PDF (pymupdf: {_short(first)}; pypdf: {_short(exc)}{said})"
-        ) from exc
-    finally:
-        noted, _notes.lines = _notes.lines, None
+    with pypdf_notes() as noted:
+        try:
+            result = convert_pypdf(data, name)
+        except (EncryptedDocument, EmptyDocument, MemoryError):
+            raise
+        except Exception as exc:
+            said = f"; pypdf noted: {'; '.join(noted)[:160]}" if noted else ""
+            raise CorruptDocument(f"{name}: not a readable PDF (pymupdf: {_short(first)}; "
+                                  f"pypdf: {_short(exc)}{said})") from exc
     result.warnings.insert(0, f"pymupdf failed ({_short(first)}); text extracted with pypdf")
     result.warnings[1:1] = [f"pypdf: {line}" for line in noted[:5]]
     return result
@@ -443,24 +409,3 @@ def _markdown_table(rows: list[list[str]]) -> str:
         return "| " + " | ".join(cells) + " |"
 
     return "\n".join([fmt(rows[0]), "| " + " | ".join(["---"] * width) + " |"] + [fmt(r) for r in rows[1:]])
-
-
-# --- pypdf fallback ------------------------------------------------------------------
-def _convert_pypdf(data: bytes, name: str) -> Extracted:
-    from pypdf import PdfReader
-
-    reader = PdfReader(io.BytesIO(data), strict=False)
-    if reader.is_encrypted:
-        try:
-            ok = reader.decrypt("")
-        except Exception as exc:  # unsupported algorithm or missing crypto backend
-            raise EncryptedDocument(f"{name}: PDF is encrypted ({_short(exc)})") from exc
-        if not ok:
-            raise EncryptedDocument(f"{name}: PDF is encrypted with a user password")
-    pages = [normalize_newlines(page.extract_text() or "").strip() for page in reader.pages]
-    if not pages:
-        raise CorruptDocument(f"{name}: PDF has no pages")
-    if not any(pages):
-        raise EmptyDocument(f"{name}: PDF has {len(pages)} page(s) and no text (pypdf)")
-    markdown, offsets = join_pages(pages)
-    return Extracted(markdown, "pypdf", "pdf", offsets, [])

@@ -2,7 +2,7 @@
 
 pypdf logs "invalid pdf header" and "EOF marker not found" on its own logger; with no
 handler configured (a conversion worker process, the CLI) Python's last-resort handler
-printed them on stderr. They go through ``kbsync.convert.pdf``'s logger at DEBUG now, and
+printed them on stderr. They go through ``kbsync.convert.pdf_fallback``'s logger at DEBUG now, and
 into the file's failure message or notes.
 """
 
@@ -18,7 +18,7 @@ from kbtest import hash_env, run_kbsync, write_tree
 
 
 def test_a_broken_pdf_puts_nothing_on_stderr_and_notes_what_pypdf_said(capfd, caplog):
-    caplog.set_level(logging.DEBUG, logger="kbsync.convert.pdf")
+    caplog.set_level(logging.DEBUG, logger="kbsync.convert")
     with pytest.raises(CorruptDocument) as raised:
         convert_pdf(b"this is not really a pdf at all", name="broken.pdf")
     err = capfd.readouterr().err
