@@ -4,8 +4,10 @@
 - a step runs as its task of :data:`tasks.ingest_tasks.TASK_OF`, named after the
   root and batch (``batch pydoc 3/15``) and drawn after the plan it came from;
 - a root runs as an ``ingest-root`` subflow on the configured task runner
-  (threads, or Dask); a root with failed files ends its subflow Failed, and the
-  parent still gets its summary (it rides on :class:`~kbsync.errors.FilesFailed`);
+  (threads, or Dask); a root with failed files ends its subflow ``Completed`` named
+  ``Completed with failures`` with its summary: the parent flow decides whether the
+  run is Failed (a subflow's failure shows once, on its parent); a refusal ends it
+  ``Stopped`` and the parent raises it (:mod:`tasks.refusals`);
 - the write lock is the flow's lock decision (:func:`tasks.locking.flow_locks`, or the
   :class:`~kbsync.catalog.lock.WriteLocks` the flow passes): a Prefect concurrency
   limit on a Qdrant server, and the lock file;
@@ -28,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from prefect import flow, tags
 from prefect.futures import wait
-from prefect.states import Failed
+from prefect.states import Completed
 from prefect.utilities.annotations import quote
 
 from kbsync.catalog.lock import WriteLocks
@@ -41,6 +43,7 @@ from kbsync.settings import Settings
 from tasks.artifacts import report_progress, start_progress
 from tasks.ingest_tasks import TASK_OF
 from tasks.locking import flow_locks
+from tasks.refusals import Stopped, refused, unwrap
 from tasks.resources import release, runtime_for
 from tasks.runners import build_task_runner, workers_reach_store
 
@@ -58,16 +61,20 @@ def _take_body(key: str) -> Callable[[], dict]:
 def ingest_root(root_name: str, body_key: str) -> dict:
     """One root of an ingest run: plan, batches through the stages, heal and deletions.
 
-    Ends Failed when files of the root failed, with the root's summary on the
-    :class:`FilesFailed` that is its result.
+    Never ends Failed for its files: with failed files it ends ``Completed with
+    failures`` (the message counts them) and its parent decides the run's state, so a
+    failure shows once, on the parent. A refusal ends it ``Stopped``, the error its result.
     """
-    part = _take_body(body_key)()
-    if part["failed"]:
-        message = f"{part['failed']} of {part['files_seen']} files of root {root_name} failed"
+    try:
+        part = _take_body(body_key)()
+    except Exception as exc:  # noqa: BLE001 - refused() raises anything but a refusal
         # A flow may return a State to set its final state (Prefect resolves it at run time);
         # Prefect's types take the annotation as the only return type.
-        return Failed(message=message,  # type: ignore[return-value]
-                      data=FilesFailed(message, part))
+        return refused(exc, name="Stopped")  # type: ignore[return-value]
+    if part["failed"]:
+        message = f"{part['failed']} of {part['files_seen']} files of root {root_name} failed"
+        return Completed(message=message, name="Completed with failures",  # type: ignore[return-value]
+                         data=part)
     return part
 
 
@@ -141,8 +148,8 @@ class PrefectExecutor:
         return [quote(v) for v in values] if self._quote else values
 
     def call(self, step: Callable, *args: Any, label: str) -> Any:
-        """Run ``step``'s task and return its value."""
-        return TASK_OF[step].with_options(task_run_name=label)(*self._args(args))
+        """Run ``step``'s task and return its value (a refusal it ended on raised)."""
+        return unwrap(TASK_OF[step].with_options(task_run_name=label)(*self._args(args)))
 
     def submit(self, step: Callable, *args: Any, label: str, after: Sequence[Any] = ()) -> Any:
         """Submit ``step``'s task to the task runner; the handle is its future.
@@ -186,16 +193,19 @@ class PrefectExecutor:
             label = handle.label.replace("batch", "write", 1)
             return self.call(handle.write, CONTEXT, handle.future.result(), handle.namespace,
                              handle.run_id, label=label)
-        return handle.result()
+        return unwrap(handle.result())
 
     def run_root(self, name: str, body: Callable[[], dict]) -> dict:
-        """``body`` in an ``ingest-root`` subflow; its summary, even when it ended Failed."""
+        """``body`` in an ``ingest-root`` subflow; its summary (a refusal it stopped on
+        raised; a Failed subflow's summary, from a run of an earlier release, too)."""
         key = str(next(_keys))
         _bodies[key] = body
         subflow = ingest_root.with_options(task_runner=build_task_runner(self.settings))
         with tags(f"root:{name}", *self.run_tags):
             state = subflow(root_name=name, body_key=key, return_state=True)
         outcome = state.result(raise_on_failure=False)
+        if isinstance(outcome, Stopped):
+            raise outcome.error
         if isinstance(outcome, FilesFailed):
             return outcome.result
         if isinstance(outcome, BaseException):

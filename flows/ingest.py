@@ -1,9 +1,12 @@
 """The ``ingest`` flow: the ingest runner (:mod:`kbsync.ingest.runner`) on Prefect.
 
 Each step runs as a task (``convert pydoc 3/15``) and each root as an
-``ingest-root`` subflow (:mod:`flows.executor`). The flow ends Failed when any
-file failed (after writing the summary artifact) and returns the JSON summary
-either way (on a Failed run, as the result of its :class:`FilesFailed`).
+``ingest-root`` subflow (:mod:`flows.executor`). The flow ends Failed when a file
+failed that did not fail in the namespace's last run (a new failure; after writing
+the summary artifact); a run whose failed files all failed last time too (known
+failures) ends ``Completed with known failures``. It returns the JSON summary either
+way (on a Failed run, as the result of its :class:`FilesFailed`). A refusal ends it
+Failed with one ERROR line (:mod:`tasks.refusals`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Annotated
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
-from prefect.states import Failed
+from prefect.states import Completed, Failed
 from pydantic import Field
 
 from flows.executor import PrefectExecutor
@@ -25,12 +28,13 @@ from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
 from kbsync.settings import load_settings
-from tasks.artifacts import publish_refusal, publish_summary
+from tasks.artifacts import known_failures, publish_refusal, publish_summary
 from tasks.locking import flow_locks
 from tasks.events import sync_finished
 from tasks.resources import release
 from tasks.run_names import ingest_run_name
-from tasks.run_story import count_line, log_failures
+from tasks.refusals import deployment_run, in_form_words, is_refusal, refusal_line
+from tasks.run_story import count_line, describe_embedder, log_failures, run_outcome
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
 # Parameter descriptions live in the flow's Args docstring: Prefect builds the deployment's
@@ -87,25 +91,45 @@ def ingest(
                                chooses_model=True, locks=flow_locks(settings))
     try:
         summary = run_ingest(request, executor)
+        embedder = describe_embedder(executor.settings)
     except KbsyncError as exc:  # a refusal or an outage: the run ends Failed on it, summarised
+        if deployment_run():  # the operator reads the run form's parameters, not CLI flags
+            exc = in_form_words(exc)
         counts = counts_of(exc)
         if counts and "namespace" in counts:
             log_failures(logger, counts)
         publish_refusal(exc, namespace=namespace, dry_run=dry_run, counts=counts)
-        raise
+        if not is_refusal(exc):
+            raise exc
+        # One ERROR line, the flow's own: no task or subflow logged it (tasks.refusals).
+        line = refusal_line(exc)
+        logger.error("%s", line)
+        return Failed(message=line, data=exc)  # type: ignore[return-value]
     finally:
         release(executor.settings)  # the chosen model's runtime, when one was chosen
     result = summary.to_dict()
-    publish_summary(result)
-    log_failures(logger, result)  # one WARNING per failed file: the UI's "Warning and above"
+    # Known failures: files that failed in the last run of the namespace too (its failures
+    # table); read before this run's table replaces it.
+    known = known_failures(namespace) if summary.failed else set()
+    new = [f for f in result["failures"] if f.get("doc_id") not in known]
+    outcome = run_outcome(result, new=len(new))
+    publish_summary(result, outcome=outcome, embedder=embedder)
+    log_failures(logger, result, known=known)  # one WARNING per failed file
+    logger.info("embedding model: %s", embedder)
     logger.info("%s", count_line(result))
     if not dry_run:
         sync_finished(result)  # the evaluate deployment's trigger, failed files or not
-    if summary.failed:
+    if new:
         # The summary rides on an exception: Prefect resolves a Failed state's data into one.
         message = f"{summary.failed} of {summary.files_seen} files failed"
+        if len(new) < summary.failed:
+            message += f" ({len(new)} new)"
         # A flow may return a State to set its final state (Prefect resolves it at run time);
         # Prefect's types take the annotation as the only return type.
         return Failed(message=message,  # type: ignore[return-value]
                       data=FilesFailed(message, result))
+    if summary.failed:  # every failed file failed last time too: not red, still counted
+        return Completed(data=result, name="Completed with known failures",  # type: ignore[return-value]
+                         message=f"{summary.failed} of {summary.files_seen} files failed, "
+                                 "each as in the last run (none new)")
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import cast
 from uuid import UUID
 
@@ -13,31 +14,72 @@ from kbsync.ingest.report import artifact_key, short_message, summary_markdown
 from tasks.run_story import refusal_markdown
 
 
-def publish_summary(summary: dict) -> None:
+def publish_summary(summary: dict, *, outcome: str | None = None,
+                    embedder: str | None = None) -> None:
     """Markdown summary and failures table, each under a stable key per namespace
     (history across runs).
 
-    The failures table is written on every run, empty after a clean one, so an old
-    failure never stands beside a new "(ok)". Dry runs have keys of their own: their
-    counts mean "would do".
+    The summary's description starts with the run's ``outcome`` (``ok``, ``failed: ...``,
+    ``completed: ...``; a stopped run's says ``stopped: KIND``), so the key's history,
+    stopped runs included, reads as a list of outcomes. The failures table is written on
+    every run, empty after a clean one, so an old failure never stands beside a new
+    "(ok)". Dry runs have keys of their own: their counts mean "would do".
     """
     ns = summary["namespace"]
     prefix = "kbsync-dry-run" if summary["dry_run"] else "kbsync-ingest"
     what = "dry run (would do)" if summary["dry_run"] else "ingest"
-    create_markdown_artifact(key=artifact_key(prefix, ns), markdown=summary_markdown(summary),
-                             description=f"kbsync {what} summary for namespace {ns}")
+    said = f"{outcome}: " if outcome else ""
+    create_markdown_artifact(key=artifact_key(prefix, ns),
+                             markdown=summary_markdown(summary, outcome=outcome,
+                                                       embedder=embedder),
+                             description=f"{said}kbsync {what} summary for namespace {ns}")
     publish_failures(summary, prefix)
 
 
-def publish_failures(summary: dict, prefix: str) -> None:
-    """The failures table of ``summary`` (empty: no file failed) under its stable key."""
+def failures_description(summary: dict) -> str:
+    """The failures table's description in plain words: how many files failed, or that
+    none did (the table is then empty on purpose)."""
     ns = summary["namespace"]
     what = "dry run (would do)" if summary["dry_run"] else "ingest"
+    count = len(summary["failures"])
+    if not count:
+        return f"no file failed in the last {what} of namespace {ns}: the table is empty"
+    files = "1 file" if count == 1 else f"{count} files"
+    return (f"{files} failed in the last {what} of namespace {ns}; fix or remove each one "
+            "(the next run retries it)")
+
+
+def publish_failures(summary: dict, prefix: str) -> None:
+    """The failures table of ``summary`` (empty: no file failed) under its stable key; each
+    row's message whole (only the file's path is left out: the row names it)."""
+    ns = summary["namespace"]
     rows = [{"path": f["path"], "doc_id": f["doc_id"], "error": f["error"],
-             "message": short_message(f)} for f in summary["failures"]]
+             "message": short_message(f, limit=None)} for f in summary["failures"]]
     create_table_artifact(key=artifact_key(f"{prefix}-failures", ns), table=rows,
-                          description=f"files that failed in the {what} of namespace {ns} "
-                                      f"({len(summary['failures'])}; empty: none)")
+                          description=failures_description(summary))
+
+
+def known_failures(namespace: str) -> set[str]:
+    """doc_ids of the files that failed in the namespace's last run (the latest version of
+    its failures table; dry runs never write that key): "known failures". Empty when the
+    API has no such table (a first run, the CLI's temporary server) or cannot be read."""
+    from prefect.artifacts import Artifact
+
+    try:
+        # Called from sync code, Prefect's async_dispatch runs the sync implementation.
+        latest = cast("Artifact | None",
+                      Artifact.get(artifact_key("kbsync-ingest-failures", namespace)))
+    except Exception:  # noqa: BLE001 - no history to compare with: every failure is new
+        return set()
+    data = latest.data if latest is not None else None
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return set()
+    if not isinstance(data, list):
+        return set()
+    return {str(row["doc_id"]) for row in data if isinstance(row, dict) and row.get("doc_id")}
 
 
 def publish_refusal(exc: KbsyncError, *, namespace: str, dry_run: bool,
@@ -50,7 +92,7 @@ def publish_refusal(exc: KbsyncError, *, namespace: str, dry_run: bool,
     create_markdown_artifact(
         key=artifact_key(prefix, namespace),
         markdown=refusal_markdown(str(exc.kind), str(exc), namespace, dry_run, counts),
-        description=f"kbsync run of namespace {namespace} stopped: {exc.kind}")
+        description=f"stopped: {exc.kind}: kbsync run of namespace {namespace}")
     if counts and counts.get("failures"):
         publish_failures(counts, prefix)
 

@@ -21,6 +21,7 @@ from kbsync.ingest.stages import StageResult
 from kbsync.settings import Settings
 from kbsync.text.chunk import ChunkConfig
 from tasks.options import COMMON, transient
+from tasks.refusals import refused
 from tasks.resources import runtime_for, worker_runtime_for
 from tasks.run_story import escape_controls
 
@@ -61,14 +62,21 @@ def _marked(result: StageResult | list[StageResult]) -> Any:
 
 @task(name="check-identity", **COMMON)
 def check_identity(settings: Settings, roots: Sequence, namespace: str, rebind: bool):
-    """Root bindings and the embedder identity, checked before anything is written."""
-    return steps.check_identity(runtime_for(settings), roots, namespace, rebind)
+    """Root bindings and the embedder identity, checked before anything is written (a
+    refusal ends the task ``Refused``: :mod:`tasks.refusals`)."""
+    try:
+        return steps.check_identity(runtime_for(settings), roots, namespace, rebind)
+    except Exception as exc:  # noqa: BLE001 - refused() raises anything but a refusal
+        return refused(exc)
 
 
 @task(name="preflight", **COMMON)
 def preflight(settings: Settings, root, namespace: str, include, exclude, guard) -> int:
-    """Full mode's mass-delete guard for one root."""
-    return steps.preflight(runtime_for(settings), root, namespace, include, exclude, guard)
+    """Full mode's mass-delete guard for one root (``Refused``: :mod:`tasks.refusals`)."""
+    try:
+        return steps.preflight(runtime_for(settings), root, namespace, include, exclude, guard)
+    except Exception as exc:  # noqa: BLE001 - refused() raises anything but a refusal
+        return refused(exc)  # type: ignore[return-value]
 
 
 @task(name="record-identity", **COMMON, **_retry(steps.record_identity))
@@ -95,9 +103,12 @@ def seal_store(settings: Settings) -> dict:
 def plan(settings: Settings, root, namespace: str, mode, force: bool, include, exclude, guard,
          cursor=None, limit: int | None = None):
     """Plan a root's next slice of files: discover and diff against the stored state
-    (writes nothing; :func:`kbsync.ingest.steps.plan`)."""
-    return steps.plan(runtime_for(settings), root, namespace, mode, force, include, exclude,
-                      guard, cursor, limit)
+    (writes nothing; :func:`kbsync.ingest.steps.plan`; ``Refused``: :mod:`tasks.refusals`)."""
+    try:
+        return steps.plan(runtime_for(settings), root, namespace, mode, force, include,
+                          exclude, guard, cursor, limit)
+    except Exception as exc:  # noqa: BLE001 - refused() raises anything but a refusal
+        return refused(exc)
 
 
 @task(name="batch", **COMMON, **_retry(steps.batch))

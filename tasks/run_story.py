@@ -6,6 +6,9 @@
 - :func:`refusal_markdown`: the summary artifact of a run that ended on a
   :class:`~kbsync.errors.KbsyncError` (a refusal or an outage) instead of a summary.
 - :func:`count_line`: the run's closing INFO line, in "would" words for a dry run.
+- :func:`run_outcome`: the outcome a summary's title and ``outcome`` row show (``ok``,
+  ``failed: N new failed files``, ``completed: N known failed files``, and for a stopped
+  run ``stopped: KIND``), so the summary key's history tells the runs apart.
 
 Everything a file or share put in these lines (doc_ids, messages) has its control
 characters escaped: a name with a newline or an ANSI escape cannot forge a log line.
@@ -54,10 +57,44 @@ def failure_lines(summary: dict, limit: int = LOGGED_FAILURES) -> list[str]:
     return lines
 
 
-def log_failures(logger: logging.Logger | logging.LoggerAdapter, summary: dict) -> None:
-    """Log :func:`failure_lines` of ``summary`` at WARNING, one record per line."""
-    for line in failure_lines(summary):
+def log_failures(logger: logging.Logger | logging.LoggerAdapter, summary: dict,
+                 known: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Log :func:`failure_lines` of ``summary`` at WARNING, one record per line; a file in
+    ``known`` (it failed in the last run too) says so."""
+    failures = summary.get("failures") or []
+    for index, line in enumerate(failure_lines(summary)):
+        if index < len(failures) and index < LOGGED_FAILURES and \
+                failures[index].get("doc_id") in known:
+            line += " (known: it failed in the last run too)"
         logger.warning("%s", line)
+
+
+def run_outcome(summary: dict, *, new: int) -> str:
+    """The run's outcome in words, as its summary's title and outcome row show it: ``ok``,
+    ``failed: N new failed files`` (the run is Failed), or ``completed: N known failed
+    files`` (each failed in the last run too; the run is not Failed)."""
+    failed = summary.get("failed", 0)
+    if not failed:
+        return "ok"
+    if new:
+        known = failed - new
+        return (f"failed: {new} new failed file{'s' if new != 1 else ''}"
+                + (f", {known} known" if known else ""))
+    return f"completed: {failed} known failed file{'s' if failed != 1 else ''} (none new)"
+
+
+def describe_embedder(settings) -> str:
+    """``provider/model (N dims)`` of the run's embedder (the chosen model's, after a
+    choice), as the run's log and summary name it; the configured names when the runtime
+    cannot say (no probe is worth failing a finished run for)."""
+    from tasks.resources import runtime_for
+
+    try:
+        service = runtime_for(settings).service
+        return f"{service.provider}/{service.model} ({service.dimension} dims)"
+    except Exception:  # noqa: BLE001 - a description only
+        dims = f" ({settings.embed_dimensions} dims)" if settings.embed_dimensions else ""
+        return f"{settings.embed_provider.value}/{settings.embed_model_name()}{dims}"
 
 
 def count_line(summary: dict) -> str:
@@ -84,7 +121,8 @@ def refusal_markdown(kind: str, message: str, namespace: str, dry_run: bool,
     line, where to read what to do, and the counts it reached (when it reached any)."""
     title = "kbsync dry run" if dry_run else "kbsync ingest"
     lines = [f"# {title}: {namespace} (stopped: {kind})", "",
-             f"**{kind}**: {_one_line(message)}", "",
+             "| outcome | error |", "|---|---|", f"| stopped: {kind} | {_one_line(message)} |",
+             "",
              "Nothing after this point ran. What to do: docs/OPERATIONS.md, section "
              "\"When a run failed\", the row for this error.", ""]
     if counts and "namespace" in counts and any(

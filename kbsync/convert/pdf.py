@@ -16,7 +16,6 @@ Limits: no multi-column reading-order repair beyond pymupdf's block order.
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 from collections import Counter
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 from kbsync.convert.ocr import (ENABLE_HINT, NO_OCR, OcrConfig, is_garbled, read_scanned_pages,
                                 scan_message)
+from kbsync.convert.pdf_fallback import convert_pypdf, pypdf_notes
 from kbsync.convert.text import Extracted, join_pages, normalize_newlines
 from kbsync.errors import (CorruptDocument, EmptyDocument, EncryptedDocument, FileTooLarge,
                            NoTextLayer)
@@ -72,15 +72,17 @@ def convert_pdf(data: bytes, *, name: str, ocr: OcrConfig = NO_OCR) -> Extracted
     except Exception as exc:  # any pymupdf failure: the fallback decides
         first = exc
     logger.info("%s: pymupdf failed (%s), trying pypdf", name, _short(first))
-    try:
-        result = _convert_pypdf(data, name)
-    except (EncryptedDocument, EmptyDocument, MemoryError):
-        raise
-    except Exception as exc:
-        raise CorruptDocument(
-            f"{name}: not a readable PDF (pymupdf: {_short(first)}; pypdf: {_short(exc)})"
-        ) from exc
+    with pypdf_notes() as noted:
+        try:
+            result = convert_pypdf(data, name)
+        except (EncryptedDocument, EmptyDocument, MemoryError):
+            raise
+        except Exception as exc:
+            said = f"; pypdf noted: {'; '.join(noted)[:160]}" if noted else ""
+            raise CorruptDocument(f"{name}: not a readable PDF (pymupdf: {_short(first)}; "
+                                  f"pypdf: {_short(exc)}{said})") from exc
     result.warnings.insert(0, f"pymupdf failed ({_short(first)}); text extracted with pypdf")
+    result.warnings[1:1] = [f"pypdf: {line}" for line in noted[:5]]
     return result
 
 
@@ -407,24 +409,3 @@ def _markdown_table(rows: list[list[str]]) -> str:
         return "| " + " | ".join(cells) + " |"
 
     return "\n".join([fmt(rows[0]), "| " + " | ".join(["---"] * width) + " |"] + [fmt(r) for r in rows[1:]])
-
-
-# --- pypdf fallback ------------------------------------------------------------------
-def _convert_pypdf(data: bytes, name: str) -> Extracted:
-    from pypdf import PdfReader
-
-    reader = PdfReader(io.BytesIO(data), strict=False)
-    if reader.is_encrypted:
-        try:
-            ok = reader.decrypt("")
-        except Exception as exc:  # unsupported algorithm or missing crypto backend
-            raise EncryptedDocument(f"{name}: PDF is encrypted ({_short(exc)})") from exc
-        if not ok:
-            raise EncryptedDocument(f"{name}: PDF is encrypted with a user password")
-    pages = [normalize_newlines(page.extract_text() or "").strip() for page in reader.pages]
-    if not pages:
-        raise CorruptDocument(f"{name}: PDF has no pages")
-    if not any(pages):
-        raise EmptyDocument(f"{name}: PDF has {len(pages)} page(s) and no text (pypdf)")
-    markdown, offsets = join_pages(pages)
-    return Extracted(markdown, "pypdf", "pdf", offsets, [])

@@ -33,26 +33,41 @@ def artifact_key(prefix: str, namespace: str) -> str:
     return f"{prefix}-{slug}"[:120]
 
 
-def summary_markdown(summary: dict) -> str:
+NEXT_STEP = ("What to do: fix or remove each failed file, or leave it out with `exclude`; "
+             "the rest of the run was stored, and the next run retries exactly the failed "
+             "files. `kbsync ingest --json` names each file's reason (`failures[].error` and "
+             "`message`); docs/OPERATIONS.md, section \"When a run failed\", says what each "
+             "kind means.")
+"""The next step a summary with failed files ends its failures section with."""
+
+
+def summary_markdown(summary: dict, *, outcome: str | None = None,
+                     embedder: str | None = None) -> str:
     """The ingest summary as a Markdown table, failures listed below it.
 
     Shows the chunker's raw/kept figures so the ingest and search sides can be
-    read together.
+    read together. ``outcome`` (the run's outcome in words: ``ok``, ``failed: 1 new failed
+    file``, ...) heads the title and the table, so the history of the summary's key tells
+    the runs apart; ``embedder`` (``provider/model (N dims)``) names the embedding model.
     """
-    state = "with failures" if summary["failed"] else "ok"
+    state = outcome or ("with failures" if summary["failed"] else "ok")
     title = "kbsync dry run (would do, nothing written)" if summary["dry_run"] \
         else "kbsync ingest"
     lines = [f"# {title}: {summary['namespace']} ({state})", "",
              f"run `{summary['run_id']}`, mode `{summary['mode']}`, "
              f"dry run: {summary['dry_run']}, roots: {', '.join(summary.get('roots', []))}", "",
              "| metric | value |", "|---|---|"]
+    if outcome:
+        lines.append(f"| outcome | {_cell(outcome)} |")
+    if embedder:
+        lines.append(f"| embedding model | {_cell(embedder)} |")
     lines += [f"| {name} | {summary[name]} |" for name in shown_fields(summary)]
     if summary["failures"]:
         prefix = "kbsync-dry-run" if summary["dry_run"] else "kbsync-ingest"
         key = artifact_key(f"{prefix}-failures", summary["namespace"])
         # A link the Prefect UI resolves on its own origin (its route /artifacts/key/KEY).
-        lines += ["", "## Failures", "", f"All of them, with paths: the table artifact "
-                  f"[`{key}`](/artifacts/key/{key}).",
+        lines += ["", "## Failures", "", NEXT_STEP, "", f"All of them, with paths and whole "
+                  f"messages: the table artifact [`{key}`](/artifacts/key/{key}).",
                   "", "| doc_id | error | message |", "|---|---|---|"]
         lines += [f"| {_cell(f['doc_id'])} | {f['error']} | {_cell(short_message(f))} |"
                   for f in summary["failures"][:200]]
@@ -61,9 +76,9 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def short_message(failure: dict, limit: int = 160) -> str:
+def short_message(failure: dict, limit: int | None = 160) -> str:
     """A failure's message without the file's path (its doc_id says which file), cut to
-    ``limit`` characters."""
+    ``limit`` characters (``None``: whole, as the failures table shows it)."""
     message = str(failure.get("message", ""))
     # The longer first: the doc_id is often the path's tail, and cutting it first would
     # leave the path's head behind ("/tmp/share/: not a readable PDF").
@@ -72,7 +87,7 @@ def short_message(failure: dict, limit: int = 160) -> str:
     for path in names:
         message = message.replace(f"{path}: ", "").replace(path, "<file>")
     message = " ".join(message.split())
-    return message if len(message) <= limit else message[:limit - 1] + "…"
+    return message if limit is None or len(message) <= limit else message[:limit - 1] + "…"
 
 
 def _cell(text: str) -> str:
