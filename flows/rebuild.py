@@ -37,7 +37,7 @@ def rebuild(
     max_drop: Annotated[float, Field(ge=0, le=1)] = DEFAULT_MAX_DROP,
     modes: Annotated[list[str], Field(min_length=1)] = ["dense", "hybrid"],  # noqa: B006
     k: Annotated[int, Field(ge=1, le=100)] = 10,
-    build: BuildSettings | None = None,
+    build: BuildSettings = BuildSettings(),  # noqa: B008 - immutable in use; the form shows its fields
 ) -> dict[str, Any]:
     """Rebuild the collection with new settings in a shadow; swap it in only if it is no worse.
 

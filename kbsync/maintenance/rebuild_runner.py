@@ -151,10 +151,12 @@ class RebuildExecutor(Protocol):
 
 
 class BuildSettings(BaseModel):
-    """The new settings of a rebuild, typed: the ``rebuild`` flow's ``build`` parameter (the
-    Prefect form shows one sub-field each). A field left unset (``None``) keeps the
-    worker's ``KBSYNC_*`` value; :func:`checked_build` turns it into the plain dict the
-    runner takes. The fields are :data:`kbsync.catalog.active.BUILD_FIELDS`."""
+    """The settings the shadow collection is built with; an empty field keeps the
+    worker's KBSYNC_* value."""
+
+    # The rebuild flow's typed ``build`` parameter: the Prefect form shows one sub-field each
+    # (this docstring is the form's text). :func:`checked_build` turns it into the plain dict
+    # the runner takes; the fields are kbsync.catalog.active.BUILD_FIELDS.
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "examples": [{"chunk_tokens": 200}, {"embed_model": "multilingual-e5-small"},
