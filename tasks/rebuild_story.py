@@ -151,5 +151,8 @@ def rebuild_markdown(report: dict) -> str:
     lines += _counts_table("Replay (changes synced into the shadow after its build)",
                            report.get("replay"))
     if report["swapped"]:
+        lines += ["## Evaluations", "", f"The next `evaluate` run measures `{plan['shadow']}` and "
+                  "becomes the regression gate's new baseline (runs on the replaced collection "
+                  "are no longer compared), so nightly evaluations do not fail on the swap.", ""]
         lines += undo_lines(report)
     return "\n".join(lines) + "\n"

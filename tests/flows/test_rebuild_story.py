@@ -39,6 +39,8 @@ def test_a_swap_summary_tells_the_whole_story():
     assert "The shadow holds what the shares hold: **yes**" in text
     replay = text.split("## Replay", 1)[1]
     assert "| default | 15 | 0 | 1 | 14 | 0 | 0 |" in replay
+    assert "The next `evaluate` run measures `kb__r1` and becomes the regression gate's new " \
+        "baseline" in text
     # The undo names what a rollback serves again, never "points kb back to kb" (#41).
     assert "back to `kb`" not in text
     assert ("`kbsync rebuild --rollback`, or the `rollback/rollback` deployment with `confirm` "
