@@ -16,7 +16,7 @@ from prefect.states import Failed
 from pydantic import Field
 
 from kbsync.errors import RetrievalRegression
-from kbsync.eval.report import gate_message
+from kbsync.eval.report import gate_message, regression_advice
 from kbsync.eval.sequence import EvalRequest, run_evaluation
 from kbsync.catalog.active import resolve
 from kbsync.settings import load_settings
@@ -66,6 +66,10 @@ def evaluate(
     data = result.to_dict()
     if not result.gate_ok:
         message = "retrieval regression: " + gate_message(result.regression)
+        # At WARNING, one line: the UI's "Warning and above" view shows what dropped, what
+        # changed and what to do (accept_regression, or a rollback).
+        logger.warning("%s; %s", message.replace("\n", "; "),
+                       regression_advice(result.regression))
         # The result rides on an exception: Prefect resolves a Failed state's data into one.
         # A flow may return a State to set its final state (Prefect resolves it at run time);
         # Prefect's types take the annotation as the only return type.

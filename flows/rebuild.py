@@ -21,7 +21,8 @@ from pydantic import Field
 
 from flows.rebuild_executor import PrefectRebuildExecutor
 from kbsync.ingest.summary import new_run_id
-from kbsync.maintenance.rebuild_runner import RebuildRequest, run_rebuild, target_settings
+from kbsync.maintenance.rebuild_runner import (DEFAULT_MAX_DROP, BuildSettings, RebuildRequest,
+                                               checked_build, run_rebuild, target_settings)
 from kbsync.settings import load_settings
 from tasks.locking import flow_locks
 from tasks.rebuild_tasks import publish_rebuild
@@ -33,10 +34,10 @@ from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 def rebuild(
     queries_file: Annotated[str, Field(min_length=1)],
     namespace: Annotated[str, Field(min_length=1, max_length=200)] = "default",
-    max_drop: Annotated[float, Field(ge=0, le=1)] = 0.02,
+    max_drop: Annotated[float, Field(ge=0, le=1)] = DEFAULT_MAX_DROP,
     modes: Annotated[list[str], Field(min_length=1)] = ["dense", "hybrid"],  # noqa: B006
     k: Annotated[int, Field(ge=1, le=100)] = 10,
-    build: dict[str, Any] | None = None,
+    build: BuildSettings = BuildSettings(),  # noqa: B008 - immutable in use; the form shows its fields
 ) -> dict[str, Any]:
     """Rebuild the collection with new settings in a shadow; swap it in only if it is no worse.
 
@@ -46,13 +47,14 @@ def rebuild(
         max_drop: Largest allowed drop of nDCG@10 (any mode) of the shadow against the live collection.
         modes: Retrieval modes to compare (dense, hybrid); each must pass.
         k: Documents ranked per query (nDCG is always @10).
-        build: New settings over the environment: embed_provider, embed_model, embed_dimensions, chunk_tokens, chunk_overlap, chunk_fit, contextual_text.
+        build: New settings over the worker's KBSYNC_* (each empty field keeps the worker's), e.g. {"chunk_tokens": 200} or {"embed_model": "multilingual-e5-small"}.
     """  # noqa: E501 - one line per parameter keeps Prefect's docstring parser exact
     settings = load_settings()
     # An unknown build setting is a usage error here, before the watch starts.
     start_flow_watch(target_settings(settings, build))
     request = RebuildRequest(settings=settings, queries_file=queries_file, namespace=namespace,
-                             max_drop=max_drop, modes=tuple(modes), k=k, build=build or {},
+                             max_drop=max_drop, modes=tuple(modes), k=k,
+                             build=checked_build(build),
                              run_id=str(flow_run.get_id() or new_run_id()))
     # The flow is the rebuild's door: it decides the lock once, its executor holds it.
     report = run_rebuild(request, PrefectRebuildExecutor(locks=flow_locks(settings)))

@@ -14,6 +14,7 @@ from typing import Any
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from kbsync.catalog.active import serving
 from kbsync.eval import run as ev
 from kbsync.eval.report import summary_markdown, table_rows, write_report
 from kbsync.eval.trend import drops_markdown, trend_markdown
@@ -49,9 +50,10 @@ def search_mode(queries: list[ev.EvalQuery], spec: ev.ModeSpec, settings: Settin
 
 @task(name="write-report", task_run_name="write-report", **COMMON)
 def write_eval_report(result: ev.EvalResult, report_dir: str, *, margin: float,
-                      accept: bool) -> ev.EvalResult:
-    """Run the regression gate and write CSV, Markdown, chart, latest.json and history."""
-    return write_report(result, report_dir, margin=margin, accept=accept)
+                      accept: bool, serving: dict | None = None) -> ev.EvalResult:
+    """Run the regression gate and write CSV, Markdown, chart, latest.json and history
+    (``serving``: what was measured, :func:`kbsync.catalog.active.serving`)."""
+    return write_report(result, report_dir, margin=margin, accept=accept, serving=serving)
 
 
 class PrefectEvalExecutor:
@@ -94,8 +96,9 @@ class PrefectEvalExecutor:
 
     def write_report(self, result: ev.EvalResult, report_dir: str, *, margin: float,
                      accept: bool) -> ev.EvalResult:
-        """The ``write-report`` task."""
-        return write_eval_report(result, report_dir, margin=margin, accept=accept)
+        """The ``write-report`` task, against the baseline of the collection serving now."""
+        return write_eval_report(result, report_dir, margin=margin, accept=accept,
+                                 serving=serving(self.settings))
 
 
 def report_paths_markdown(result: ev.EvalResult) -> str:

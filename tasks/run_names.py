@@ -76,7 +76,11 @@ def rebuild_name(params: dict[str, Any], prefix: str = "rebuild") -> str:
     """``PREFIX: NAMESPACE KEY=VALUE ...`` (the requested build settings) for the ``rebuild``
     flow's parameters."""
     build = params.get("build") or {}
-    said = " ".join(f"{key}={value}" for key, value in sorted(build.items())) or "same settings"
+    if hasattr(build, "model_dump"):  # the flow's typed BuildSettings, in process
+        build = build.model_dump(mode="json")
+    # An empty field of the form keeps the worker's setting: not named.
+    said = " ".join(f"{key}={value}" for key, value in sorted(build.items())
+                    if value is not None) or "same settings"
     return _name(f"{prefix}: {params.get('namespace', 'default')} {said}")
 
 

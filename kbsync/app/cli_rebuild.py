@@ -86,47 +86,29 @@ def _rollback(args, settings) -> int:
     import time
 
     from kbsync.app.locks import write_locks
-    from kbsync.maintenance.rebuild import rollback
+    from kbsync.maintenance.rebuild import rollback_locked, serving_line
 
     started = time.perf_counter()
-    with write_locks(settings).hold(args.namespace, "rollback"):  # the door's one decision
-        pointer = rollback(settings)
+    pointer = rollback_locked(write_locks(settings), args.namespace)  # the door's one decision
     data = {"rolled_back": True, "pointer": pointer,
             "duration_s": round(time.perf_counter() - started, 3)}
     if args.json:
         cli_support.emit(data)
     else:
-        print(f"kbsync: {_serving(pointer)} again ({pointer['previous']} kept for a rollback)")
+        print(f"kbsync: {serving_line(pointer)}")
     return EXIT_OK
 
 
 def _restore(args, settings) -> int:
     from kbsync.app.locks import write_locks
-    from kbsync.maintenance.rebuild import restore
-    from kbsync.store import open_store
+    from kbsync.maintenance.rebuild import restore_locked, serving_line
 
-    with write_locks(settings).hold(args.namespace, "restore"):  # the door's one decision
-        # a writer: `kbsync serve` holding the store hands it over, and reads through
-        # this process's relay meanwhile (kbsync.serve.holder)
-        store = open_store(settings, serve_readers=True)
-        try:
-            pointer = restore(settings, args.restore, store)
-        finally:
-            store.close()
+    pointer = restore_locked(write_locks(settings), args.restore, args.namespace)
     if args.json:
         cli_support.emit({"restored": True, "pointer": pointer})
     else:
-        kept = f" ({pointer['previous']} kept for a rollback)" if pointer["previous"] else ""
-        print(f"kbsync: {_serving(pointer)} again{kept}")
+        print(f"kbsync: {serving_line(pointer)}")
     return EXIT_OK
-
-
-def _serving(pointer: dict) -> str:
-    """What a collection name serves, without "kbsync serves from kbsync" when the
-    original collection is back."""
-    if pointer["active"] == pointer["logical"]:
-        return f"collection {pointer['logical']} serves its original build"
-    return f"collection {pointer['logical']} serves from {pointer['active']}"
 
 
 def _print(report: dict) -> None:

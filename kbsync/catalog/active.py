@@ -359,3 +359,22 @@ def unserved_collections(settings: Settings, store: VectorStore | None = None) -
     served = {record.active, record.previous} if record else {logical}
     return [n for n in generations(logical, collection_names(settings, store))
             if n not in served]
+
+
+def serving(settings: Settings, store: VectorStore | None = None) -> dict[str, Any]:
+    """What a search of ``settings`` measures, for the evaluation's history and gate: the
+    physical ``collection`` serving the ``logical`` name, the pointer's ``generation``, when
+    it became active (``since``: the last swap, rollback or restore; ``None`` on a server
+    or before any rebuild) and the ``previous`` collection a rollback would serve. Never
+    raises: an unreadable pointer gives the settings' own collection."""
+    try:
+        record = read_record(settings, store)
+    except (StoreError, OSError, ValueError) as exc:
+        log.debug("serving: pointer of %s unreadable: %s", settings.logical_collection, exc)
+        record = None
+    if record is None:
+        return {"logical": settings.logical_collection, "collection": settings.collection,
+                "generation": 0, "since": None, "previous": None}
+    return {"logical": record.logical, "collection": record.active,
+            "generation": record.generation, "since": record.swapped_at,
+            "previous": record.previous}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from kbsync.catalog.active import serving
 from kbsync.eval.queries import EvalQuery, load_queries
 from kbsync.eval.report import write_report
 from kbsync.eval.run import (EvalResult, ModeSpec, QueryOutcome, SearchRuntime, labels_in,
@@ -62,8 +63,10 @@ class InProcess:
 
     def write_report(self, result: EvalResult, report_dir: str, *, margin: float,
                      accept: bool) -> EvalResult:
-        """Gate and reports, written here."""
-        return write_report(result, report_dir, margin=margin, accept=accept)
+        """Gate and reports, written here (the baseline of the collection serving now)."""
+        settings = getattr(self.runtime, "settings", None)
+        return write_report(result, report_dir, margin=margin, accept=accept,
+                            serving=serving(settings) if settings is not None else None)
 
 
 def evaluate_plain(

@@ -17,6 +17,15 @@ and labels) that passed its gate or was accepted. A run that trips the gate is
 recorded but does not become the baseline, so a regression cannot hide by
 simply running twice; ``accept=True`` records a deliberate drop as the new
 baseline.
+
+Each history line records what the run measured (``serving``: the physical collection
+behind the logical name and when it became active, :func:`kbsync.catalog.active.serving`).
+A baseline must have measured the collection serving now, made active at the same time:
+after a swap the operator allowed (``kbsync rebuild``), a rollback or a restore, the
+first evaluation has no baseline and becomes the new one (its summary says what changed
+and how it compares with the last run on the former collection), so nightly evaluations
+do not fail the same way forever. History lines from before this record match any
+collection. A failed gate says what changed and what to do (:func:`regression_advice`).
 """
 
 from __future__ import annotations
@@ -36,9 +45,21 @@ log = logging.getLogger(__name__)
 GATE_METRIC = "ndcg@10"
 
 
-def find_baseline(report_dir: Path, *, namespace: str, queries_hash: str) -> dict | None:
+def same_serving(entry: dict, serving: dict | None) -> bool:
+    """Did a history ``entry`` measure what ``serving`` names (see the module doc)? An entry
+    from before ``serving`` was recorded, or no ``serving`` to compare, matches."""
+    before = entry.get("serving")
+    if not serving or not before:
+        return True
+    return (before.get("collection"), before.get("since")) == (serving.get("collection"),
+                                                               serving.get("since"))
+
+
+def find_baseline(report_dir: Path, *, namespace: str, queries_hash: str,
+                  serving: dict | None = None) -> dict | None:
     """The latest comparable run that passed (or was accepted), from ``history.jsonl``.
 
+    ``serving``: only runs that measured this (:func:`same_serving`); ``None``: any.
     Unreadable history lines are logged and ignored: a damaged line must not
     stop an evaluation, and the gate then compares with an older run.
     """
@@ -55,7 +76,8 @@ def find_baseline(report_dir: Path, *, namespace: str, queries_hash: str) -> dic
             log.warning("%s line %d is not valid JSON; ignored", path, number)
             continue
         if (entry.get("namespace") == namespace and entry.get("queries_hash") == queries_hash
-                and (entry.get("passed") or entry.get("accepted"))):
+                and (entry.get("passed") or entry.get("accepted"))
+                and same_serving(entry, serving)):
             baseline = entry
     return baseline
 
@@ -98,9 +120,41 @@ def gate_message(regression: dict) -> str:
         for c in regression.get("compared", []) if c["dropped"])
 
 
+def regression_advice(regression: dict) -> str:
+    """What changed since the baseline, and what to do, for a tripped gate (one line: the
+    flow logs it at WARNING; the summary shows it too)."""
+    serving = regression.get("serving") or {}
+    since, created = serving.get("since"), regression.get("baseline_created_at")
+    collection = serving.get("collection")
+    # A baseline that recorded what it measured measured this (find_baseline); one from
+    # before that record is told apart by when the collection became active.
+    if not regression.get("baseline_serving") and since and created and str(since) > str(created):
+        changed = (f"{serving.get('logical')} serves from {collection} since {since} (a rebuild "
+                   f"swap, rollback or restore after the baseline run"
+                   f"{'; before: ' + serving['previous'] if serving.get('previous') else ''})")
+    elif collection:
+        changed = (f"the active collection {collection} is the one the baseline run measured: "
+                   "the documents synced since, the embedding service or the labels changed")
+    else:
+        changed = "the documents synced since, the embedding service or the labels changed"
+    steps = ["if the drop is expected, run evaluate again with accept_regression true (CLI: "
+             "kbsync eval --accept) to record it as the new baseline"]
+    if serving.get("previous"):
+        steps.append(f"if the last rebuild caused it, serve {serving['previous']} again: the "
+                     "rollback deployment with confirm true (CLI: kbsync rebuild --rollback)")
+    else:
+        steps.append("else find what the syncs since changed (the per-query drops in the "
+                     "summary)")
+    return (f"what changed since baseline run {regression.get('baseline')} ({created}): "
+            f"{changed}. Next: " + "; ".join(steps) + ".")
+
+
 def write_report(result: EvalResult, report_dir: str | Path, *, margin: float = 0.02,
-                 accept: bool = False) -> EvalResult:
+                 accept: bool = False, serving: dict | None = None) -> EvalResult:
     """Run the gate, write the run's files, append history, replace ``latest.json``.
+
+    ``serving``: what the run measured (:func:`kbsync.catalog.active.serving`), recorded
+    in history and matched by the baseline (see the module doc); ``None``: any baseline.
 
     Fills ``result.report`` (paths) and ``result.regression`` and returns ``result``.
     The run folder is written completely before ``latest.json`` and the history
@@ -108,8 +162,17 @@ def write_report(result: EvalResult, report_dir: str | Path, *, margin: float = 
     """
     root = Path(report_dir)
     root.mkdir(parents=True, exist_ok=True)
-    baseline = find_baseline(root, namespace=result.namespace, queries_hash=result.queries_hash)
+    baseline = find_baseline(root, namespace=result.namespace, queries_hash=result.queries_hash,
+                             serving=serving)
     result.regression = gate(result, baseline, margin=margin, accept=accept)
+    if serving:
+        result.regression["serving"] = serving
+        result.regression["baseline_serving"] = (baseline or {}).get("serving")
+        former = (find_baseline(root, namespace=result.namespace,
+                                queries_hash=result.queries_hash) if baseline is None else None)
+        if former is not None:  # the last run on the collection served before
+            result.regression["former"] = gate(result, former, margin=margin)
+            result.regression["former"]["serving"] = former.get("serving") or {}
     now = datetime.now(timezone.utc)
     run = f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
     folder = root / run
@@ -132,6 +195,8 @@ def write_report(result: EvalResult, report_dir: str | Path, *, margin: float = 
              "queries_hash": result.queries_hash, "embedding": result.embedding,
              "modes": result.modes, "passed": result.regression["passed"],
              "accepted": result.regression["accepted"]}
+    if serving:
+        entry["serving"] = serving
     with open(root / "history.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
     return result
@@ -179,7 +244,25 @@ def summary_markdown(result: EvalResult) -> str:
             "latency_ms_p95")), _fmt(row["ndcg@10_delta"], signed=True)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Regression gate", ""]
-    if reg.get("baseline") is None:
+    serving = reg.get("serving") or {}
+    if serving:
+        lines += [f"Measured collection `{serving.get('collection')}` (serving "
+                  f"`{serving.get('logical')}`"
+                  f"{', active since ' + serving['since'] if serving.get('since') else ''}"
+                  f"{', previous `' + serving['previous'] + '`' if serving.get('previous') else ''}"
+                  ").", ""]
+    former = reg.get("former")
+    if reg.get("baseline") is None and former:
+        was = (former.get("serving") or {}).get("collection", "?")
+        lines.append(f"The active collection changed since the last comparable run "
+                     f"`{former['baseline']}` (it measured `{was}`; now `{serving.get('collection')}`"
+                     f"{', active since ' + serving['since'] if serving.get('since') else ''}): "
+                     "this run becomes the new baseline, so the next runs compare with it.")
+        dropped = gate_message(former)
+        if dropped:
+            lines += ["", f"Against `{former['baseline']}` on `{was}` (for information, not "
+                          "gated):", "", "```", dropped, "```"]
+    elif reg.get("baseline") is None:
         lines.append("No earlier comparable run (same namespace and query set): nothing to "
                      "compare; this run becomes the baseline.")
     elif reg.get("passed"):
@@ -189,6 +272,8 @@ def summary_markdown(result: EvalResult) -> str:
         verdict = "accepted as the new baseline" if reg.get("accepted") else "FAILED"
         lines.append(f"{verdict}: against run `{reg['baseline']}`:")
         lines += ["", "```", gate_message(reg), "```"]
+        if not reg.get("accepted"):
+            lines += ["", "## What changed, what to do", "", regression_advice(reg)]
     if result.warnings:
         lines += ["", "## Warnings", ""] + [f"- {_cell(w)}" for w in result.warnings[:50]]
     for mode in result.modes:

@@ -52,6 +52,7 @@ from kbsync.catalog import active
 from kbsync.ingest.discover import parse_root
 from kbsync.catalog.identity import ROOT_BINDING, stored_embedder
 from kbsync.ingest.plan import DeleteGuard, plan_root
+from kbsync.catalog.lock import WriteLocks
 from kbsync.catalog.state import StateStore, utc_now
 from kbsync.models import RootSpec, SyncMode
 from kbsync.settings import EmbedProvider, Settings
@@ -394,3 +395,36 @@ def _write(record: pointer.ActiveRecord, settings: Settings,
     record = replace(record, generation=pointer.next_generation(settings.home, record.logical))
     pointer.write_pointer(settings.home, record)
     return record
+
+
+def rollback_locked(locks: WriteLocks, namespace: str = "default") -> dict[str, Any]:
+    """:func:`rollback` under the write lock of ``namespace`` (``locks``: the front door's
+    decision: the CLI's ``kbsync rebuild --rollback`` and the ``rollback`` flow both call
+    this). Returns the new pointer record."""
+    with locks.hold(namespace, "rollback"):
+        return rollback(locks.settings)
+
+
+def restore_locked(locks: WriteLocks, name: str, namespace: str = "default") -> dict[str, Any]:
+    """:func:`restore` of ``name`` under the write lock of ``namespace`` (the CLI's
+    ``kbsync rebuild --restore NAME`` and the ``restore`` flow). Returns the new pointer."""
+    from kbsync.store import open_store
+
+    with locks.hold(namespace, "restore"):
+        # a writer: `kbsync serve` holding the store hands it over, and reads through this
+        # process's relay meanwhile (kbsync.serve.holder)
+        store = open_store(locks.settings, serve_readers=True)
+        try:
+            return restore(locks.settings, name, store)
+        finally:
+            store.close()
+
+
+def serving_line(pointer_record: dict[str, Any]) -> str:
+    """What a rollback or restore made the collection serve, as one line, without "kbsync
+    serves from kbsync" when the original collection is back."""
+    logical, now = pointer_record["logical"], pointer_record["active"]
+    serving = (f"collection {logical} serves its original build" if now == logical
+               else f"collection {logical} serves from {now}")
+    previous = pointer_record.get("previous")
+    return f"{serving} again" + (f" ({previous} kept for a rollback)" if previous else "")

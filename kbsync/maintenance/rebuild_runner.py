@@ -39,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol, Sequence
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from kbsync.catalog import active
 from kbsync.catalog.lock import WriteLocks, ingest_lock_path
 from kbsync.errors import UsageError
@@ -50,7 +52,7 @@ from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.summary import new_run_id
 from kbsync.maintenance import rebuild as rb
 from kbsync.models import SyncMode
-from kbsync.settings import Settings
+from kbsync.settings import MAX_TOKENS, EmbedProvider, Settings
 from kbsync.store.base import VectorStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,9 @@ log = logging.getLogger(__name__)
 LockScope = Literal["store", "live"]
 """``store``: the whole store's write lock for the whole rebuild (embedded engine);
 ``live``: the live collection's locks around replay and swap (a server)."""
+
+DEFAULT_MAX_DROP = 0.02
+"""The gate's default largest nDCG@10 drop (the flow's, the CLI's and the request's)."""
 
 TIMINGS = ("build_s", "eval_s", "swap_s")
 """The report's ``timings`` keys: build, both evaluations, replay + check + swap."""
@@ -75,17 +80,18 @@ class RebuildRequest:
         max_drop: the largest allowed nDCG@10 drop of the shadow, any mode (0..1).
         modes: retrieval modes compared; each must pass.
         k: documents ranked per query (nDCG is always @10).
-        build: new settings over ``settings`` (:data:`kbsync.catalog.active.BUILD_FIELDS`).
+        build: new settings over ``settings`` (:data:`kbsync.catalog.active.BUILD_FIELDS`), a
+            dict or a :class:`BuildSettings` (the flow's typed parameter).
         run_id: recorded with the shadow's documents and build record.
     """
 
     settings: Settings
     queries_file: str | Path
     namespace: str = "default"
-    max_drop: float = 0.02
+    max_drop: float = DEFAULT_MAX_DROP
     modes: Sequence[str] = ("dense", "hybrid")
     k: int = 10
-    build: Mapping[str, Any] = field(default_factory=dict)
+    build: BuildSettings | Mapping[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=new_run_id)
 
 
@@ -144,12 +150,51 @@ class RebuildExecutor(Protocol):
         a waiting sync then opens the store."""
 
 
-def checked_build(build: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``build`` as a dict.
+class BuildSettings(BaseModel):
+    """The settings the shadow collection is built with; an empty field keeps the
+    worker's KBSYNC_* value."""
+
+    # The rebuild flow's typed ``build`` parameter: the Prefect form shows one sub-field each
+    # (this docstring is the form's text). :func:`checked_build` turns it into the plain dict
+    # the runner takes; the fields are kbsync.catalog.active.BUILD_FIELDS.
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"chunk_tokens": 200}, {"embed_model": "multilingual-e5-small"},
+                     {"chunk_tokens": 300, "contextual_text": False}]})
+
+    chunk_tokens: int | None = Field(
+        None, ge=16, le=MAX_TOKENS, examples=[200],
+        description="Token budget per chunk (KBSYNC_CHUNK_TOKENS); empty = the worker's "
+                    "(unset there: the embedding model's input limit).")
+    embed_model: str | None = Field(
+        None, min_length=1, examples=["multilingual-e5-small"],
+        description="Embedding model (KBSYNC_EMBED_MODEL), e.g. multilingual-e5-small; "
+                    "empty = the worker's.")
+    contextual_text: bool | None = Field(
+        None, description="Embed each chunk with its document title and heading path in "
+                          "front (KBSYNC_CONTEXTUAL_TEXT); empty = the worker's.")
+    embed_provider: EmbedProvider | None = Field(
+        None, description="local | hash | openai (KBSYNC_EMBED_PROVIDER); empty = the worker's.")
+    embed_dimensions: int | None = Field(
+        None, ge=1, le=MAX_TOKENS,
+        description="Embedding output dimension (KBSYNC_EMBED_DIMENSIONS); empty = the worker's.")
+    chunk_overlap: int | None = Field(
+        None, ge=0, le=MAX_TOKENS,
+        description="Overlap in tokens between chunks (KBSYNC_CHUNK_OVERLAP); empty = the "
+                    "worker's.")
+    chunk_fit: bool | None = Field(
+        None, description="Fit every chunk to the model's input limit in its own tokenizer "
+                          "(KBSYNC_CHUNK_FIT); empty = the worker's.")
+
+
+def checked_build(build: BuildSettings | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``build`` as a dict (a :class:`BuildSettings`: its fields that are set, not None).
 
     Raises:
         UsageError: a key that is not a build setting.
     """
+    if isinstance(build, BuildSettings):
+        return build.model_dump(mode="json", exclude_none=True)
     unknown = sorted(set(build or {}) - set(active.BUILD_FIELDS))
     if unknown:
         raise UsageError(f"build: unknown settings {unknown}; allowed: "
@@ -157,7 +202,8 @@ def checked_build(build: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(build or {})
 
 
-def target_settings(settings: Settings, build: Mapping[str, Any] | None) -> Settings:
+def target_settings(settings: Settings,
+                    build: BuildSettings | Mapping[str, Any] | None) -> Settings:
     """The new settings: ``settings`` with ``build`` in force (see :func:`checked_build`)."""
     return active.apply_build(settings, checked_build(build))
 

@@ -104,3 +104,55 @@ def test_a_previous_history_entry_written_by_hand_is_honoured(tmp_path):
 def test_negative_margin_is_refused(tmp_path):
     with pytest.raises(ValueError):
         write_report(result({"dense": 0.5}), tmp_path, margin=-0.1)
+
+
+ORIGINAL = {"logical": "kbsync", "collection": "kbsync", "generation": 0, "since": None,
+            "previous": None}
+SWAPPED = {"logical": "kbsync", "collection": "kbsync__r1", "generation": 1,
+           "since": "2999-01-01T00:00:00+00:00", "previous": "kbsync"}
+
+
+def test_a_swap_sets_the_new_baseline_and_says_so(tmp_path):
+    """After a swap the operator allowed, the first run is the new baseline (not a failure
+    every night), its summary names the change; the next runs compare with it (#41)."""
+    write_report(result({"dense": 0.9}), tmp_path, serving=ORIGINAL)
+    first = write_report(result({"dense": 0.7}), tmp_path, serving=SWAPPED)
+    assert first.gate_ok and first.regression["baseline"] is None
+    assert first.regression["former"]["compared"][0]["dropped"]  # shown, not gated
+    text = summary_markdown(first)
+    assert "The active collection changed since the last comparable run" in text
+    assert "(it measured `kbsync`; now `kbsync__r1`" in text and "not gated" in text
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert history[-1]["serving"] == SWAPPED
+    again = write_report(result({"dense": 0.7}), tmp_path, serving=SWAPPED)
+    assert again.gate_ok and again.regression["baseline"] == first.report["run"]
+    # A rollback serves the former collection again: its own runs are its baseline.
+    back = {**ORIGINAL, "since": "2999-01-02T00:00:00+00:00", "previous": "kbsync__r1"}
+    assert write_report(result({"dense": 0.9}), tmp_path, serving=back).regression[
+        "baseline"] is None
+
+
+def test_a_regression_says_what_changed_and_what_to_do(tmp_path):
+    from kbsync.eval.report import regression_advice
+
+    write_report(result({"dense": 0.9}), tmp_path, serving=SWAPPED)
+    failed = write_report(result({"dense": 0.7}), tmp_path, serving=SWAPPED)
+    assert not failed.gate_ok
+    advice = regression_advice(failed.regression)
+    assert "the active collection kbsync__r1 is the one the baseline run measured" in advice
+    assert "accept_regression true" in advice and "kbsync eval --accept" in advice
+    assert "rollback deployment with confirm true" in advice and "serve kbsync again" in advice
+    assert "## What changed, what to do" in summary_markdown(failed)
+    # History from before `serving` was recorded, then a swap: the change is named.
+    legacy = tmp_path / "legacy"
+    write_report(result({"dense": 0.9}), legacy)
+    failed = write_report(result({"dense": 0.7}), legacy, serving=SWAPPED)
+    advice = regression_advice(failed.regression)
+    assert "kbsync serves from kbsync__r1 since 2999-01-01" in advice, advice
+    assert "a rebuild swap, rollback or restore after the baseline run; before: kbsync" in advice
+    # Never rebuilt: no rollback offered.
+    plain = tmp_path / "plain"
+    write_report(result({"dense": 0.9}), plain, serving=ORIGINAL)
+    advice = regression_advice(write_report(result({"dense": 0.7}), plain,
+                                            serving=ORIGINAL).regression)
+    assert "rollback" not in advice and "accept_regression" in advice

@@ -57,3 +57,15 @@ def test_the_summary_shows_the_trend_and_the_biggest_drops(prefect_api, sample_k
     drops = [line for line in after.splitlines() if line.startswith("| hybrid |")]
     assert drops and all("| 1.000 |" in line for line in drops), drops
     assert "chart PNG (on the worker's disk" in summary
+    # What changed and what to do: in the summary, and one WARNING line in the run's log, so
+    # the UI's "Warning and above" view shows it (#41).
+    assert "## What changed, what to do" in summary and "accept_regression true" in summary
+    from test_run_story import _run_logs
+
+    warnings = [m for level, m in _run_logs(failed.state_details.flow_run_id,
+                                            "accept_regression") if level >= 30]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("retrieval regression: hybrid: ndcg@10 1.0000 -> "), warnings
+    assert "what changed since baseline run better-run" in warnings[0]
+    assert "Next: if the drop is expected, run evaluate again with accept_regression true" \
+        in warnings[0]

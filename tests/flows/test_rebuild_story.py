@@ -39,7 +39,39 @@ def test_a_swap_summary_tells_the_whole_story():
     assert "The shadow holds what the shares hold: **yes**" in text
     replay = text.split("## Replay", 1)[1]
     assert "| default | 15 | 0 | 1 | 14 | 0 | 0 |" in replay
-    assert "`kbsync rebuild --rollback` points `kb` back to `kb`" in text
+    assert "The next `evaluate` run measures `kb__r1` and becomes the regression gate's new " \
+        "baseline" in text
+    # The undo names what a rollback serves again, never "points kb back to kb" (#41).
+    assert "back to `kb`" not in text
+    assert ("`kbsync rebuild --rollback`, or the `rollback/rollback` deployment with `confirm` "
+            "true, makes `kb` serve its original build again (collection `kb`") in text
+    later = {**_report(True), "plan": {**_report(True)["plan"], "live": "kb__r1",
+                                       "shadow": "kb__r2"}}
+    assert "makes `kb` serve `kb__r1` again" in rebuild_markdown(later)
+    none = {**_report(True), "pointer": {"previous": None}}
+    assert "There is no previous collection of `kb` to roll back to." in rebuild_markdown(none)
+
+
+def test_a_setting_left_to_its_default_is_compared_as_measured():
+    """384 against an unset dimension whose model gives 384 is no change (#41)."""
+    report = _report(True)
+    report["plan"]["live_build"]["embed_dimensions"] = 384
+    report["plan"]["target_build"]["embed_dimensions"] = None
+    report["live"] = {"embedding": {"dimension": 384}}
+    report["shadow"] = {"embedding": {"dimension": 384}}
+    assert "| embed_dimensions | 384 | default (384) |  |" in rebuild_markdown(report)
+    report["shadow"] = {"embedding": {"dimension": 768}}
+    assert ("| embed_dimensions | 384 | default (768) | **changed** |"
+            in rebuild_markdown(report))
+
+
+def test_the_gate_says_when_max_drop_was_overridden():
+    report = _report(True)
+    report["decision"]["max_drop"] = 1.0
+    assert "max_drop **1, overridden** (default 0.02)" in rebuild_markdown(report)
+    report["decision"]["max_drop"] = 0.02
+    text = rebuild_markdown(report)
+    assert "max_drop 0.02 (the default)" in text and "overridden" not in text
 
 
 def test_a_refusal_names_what_the_state_check_found_and_offers_no_rollback():

@@ -40,7 +40,7 @@ def test_prefect_deploy_reads_every_deployment():
 
     configs, actions = _load_deploy_configs_and_actions(PREFECT_FILE, console=Console())
     assert [c["name"] for c in configs] == ["nightly-sync", "backfill", "ci-reindex", "evaluate",
-                                            "rebuild"]
+                                            "rebuild", "rollback", "restore"]
     # No pull step: `prefect deploy` records the directory it ran in (see prefect.yaml).
     assert actions["pull"] is None
     for config in configs:
@@ -197,6 +197,36 @@ def test_rebuild_is_an_on_demand_deployment_one_at_a_time():
     validate(spec["parameters"], schema, raise_on_error=True, ignore_required=False)
     assert (ROOT / spec["parameters"]["queries_file"]).is_file()
     assert "build" in spec["description"] and "rollback" in spec["description"]
+    # The build parameter is typed: the form shows a sub-field per setting, with an example.
+    build = schema["definitions"]["BuildSettings"]
+    assert {"chunk_tokens", "embed_model", "contextual_text"} <= set(build["properties"])
+    assert all(field.get("description") for field in build["properties"].values())
+    assert build.get("examples")
+    assert build["additionalProperties"] is False
+    validate({"queries_file": "q.jsonl", "build": {"chunk_tokens": 200}}, schema,
+             raise_on_error=True, ignore_required=False)
+    with pytest.raises(Exception, match="chunk_tokens"):
+        validate({"queries_file": "q.jsonl", "build": {"chunk_tokens": "many"}}, schema,
+                 raise_on_error=True, ignore_required=False)
+
+
+@pytest.mark.parametrize("name", ["rollback", "restore"])
+def test_rollback_and_restore_deployments_ask_for_confirmation(name):
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools import validate
+
+    import flows.rollback
+
+    spec = specs()[name]
+    assert spec["entrypoint"] == f"flows/rollback.py:{name}"
+    assert not spec.get("schedules") and not spec.get("triggers")
+    assert spec["parameters"] == {"confirm": False}  # a click alone changes nothing
+    schema = parameter_schema(getattr(flows.rollback, name)).model_dump_for_openapi()
+    assert schema["properties"]["confirm"]["type"] == "boolean"
+    assert "Must be true" in schema["properties"]["confirm"]["description"]
+    validate({**spec["parameters"], **({"name": "kbsync__r1"} if name == "restore" else {})},
+             schema, raise_on_error=True, ignore_required=False)
+    assert "confirm" in spec["description"] and "kbsync rebuild --" in spec["description"]
 
 
 def test_serve_refuses_unknown_names_and_conflicting_envs():

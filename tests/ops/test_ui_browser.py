@@ -1,8 +1,9 @@
 """The operator's view: a real headless Chromium renders the Prefect UI of a real server.
 
-One ``prefect server start`` with its UI, the ``ci-reindex`` deployment from prefect.yaml,
-a process worker (tests/ops/opskit.py), one run with a corrupt PDF, then a clean run of the
-same namespace. Chromium (Debian's ``chromium``; skipped, saying so, where it is absent)
+One ``prefect server start`` with its UI, the ``ci-reindex``, ``rebuild`` and ``rollback``
+deployments from prefect.yaml, a process worker (tests/ops/opskit.py), one run with a corrupt
+PDF, then a clean run of the same namespace; an evaluation regression, a rebuild, its typed
+form and a rollback from its deployment. Chromium (Debian's ``chromium``; skipped, saying so, where it is absent)
 loads the UI's own routes (``/runs/flow-run/ID``, ``/artifacts/artifact/ID``, from the
 Prefect 3.9 UI router) and the test reads the DOM the single-page app rendered, as a
 person would see it. Screenshots go to the test's tmp dir, and to ``$KBSYNC_TEST_UI_SHOTS``
@@ -37,7 +38,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    with deployed_stack(tmp_path_factory.mktemp("ui"), ["-n", "ci-reindex"], ui=True) as stack:
+    with deployed_stack(tmp_path_factory.mktemp("ui"),
+                        ["-n", "ci-reindex", "-n", "rebuild", "-n", "rollback"],
+                        ui=True) as stack:
         yield stack
 
 
@@ -197,6 +200,12 @@ def test_the_evaluation_trend_and_drops_render_inline(stack, tmp_path):
     page = _render(f"{ui}/runs/flow-run/{second}?tab=Details", tmp_path / "eval-run.png",
                    "State Message")
     assert "evaluate: default hybrid" in page and "retrieval regression" in page, page
+    # Its log: one WARNING line (the "Warning and above" view) with what changed and what to do.
+    page = _render(f"{ui}/runs/flow-run/{second}", tmp_path / "eval-run-log.png",
+                   "accept_regression", "Finished in state Failed", height=1600)
+    assert re.search(r"WARNING[^A-Z]*retrieval regression: hybrid", page, re.IGNORECASE), page
+    assert "what changed since baseline run better-run" in page, page
+    assert "run evaluate again with accept_regression true" in page, page
 
 
 REBUILD = """
@@ -233,6 +242,31 @@ def test_the_rebuild_summary_reads_as_a_story(stack, tmp_path):
     assert "chunk_tokens default 200 changed" in page, page
     assert "State check" in page and "Replay" in page, page
     assert "kbsync rebuild --rollback" in page, page
+    # #41: the undo names what a rollback serves, the overridden max_drop shows, and the
+    # dimension left to its default is not a change.
+    assert "back to `kbsync`" not in summary["data"] and "serve its original build" in page, page
+    assert "max_drop 1, overridden (default 0.02)" in page, page
+    assert re.search(r"embed_dimensions (?:\d+|default \(\d+\)) default \(\d+\)(?! changed)",
+                     page), page
     page = _render(f"{ui}/runs/flow-run/{run_id}?tab=Details", tmp_path / "rebuild-run.png",
                    "State Message")
     assert "rebuild: default chunk_tokens=200" in page, page
+
+    # The rebuild deployment's custom-run form: `build` has typed sub-fields, described.
+    deployments = stack.deployments()
+    page = _render(f"{ui}/deployments/deployment/{deployments['rebuild']['id']}/run",
+                   tmp_path / "rebuild-form.png", "Chunk Tokens", height=2400)
+    for field in ("Chunk Tokens", "Embed Model", "Contextual Text"):
+        assert field in page, page
+    assert "Token budget per chunk" in page and "empty = the worker's" in page, page
+
+    # Undo it from the UI: the rollback deployment, confirmed, run by the worker.
+    done = cli(stack, "deployment", "run", "rollback/rollback", "--param", "confirm=true",
+               "--watch", "--watch-timeout", "180", timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rolled = run_id_of(done.stdout)
+    assert stack.state(rolled) == "Completed"
+    page = _render(f"{ui}/runs/flow-run/{rolled}", tmp_path / "rollback-run-log.png",
+                   "serves its original build again", height=1200)
+    assert "rollback: collection kbsync serves its original build again" in page, page
+    assert "Traceback" not in page, page
