@@ -7,25 +7,28 @@ step runs as a task and each shadow ingest through the ingest flow's executor, w
 batch. The new settings are the run's ``KBSYNC_*`` environment, with the ``build``
 parameter on top (embedding provider/model/dimensions, chunk budget/overlap, contextual
 text). A refused rebuild ends Completed named ``Refused`` with the report as its result;
-the CLI exits 3 then.
+the CLI exits 3 then. A refusal before the build (``MassDeleteRefused``, a usage error of
+the checks) ends it Failed with one ERROR line (:mod:`tasks.refusals`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
-from prefect.states import Completed
+from prefect.states import Completed, Failed
 from pydantic import Field
 
 from flows.rebuild_executor import PrefectRebuildExecutor
+from kbsync.errors import KbsyncError
 from kbsync.ingest.summary import new_run_id
 from kbsync.maintenance.rebuild_runner import (DEFAULT_MAX_DROP, BuildSettings, RebuildRequest,
                                                checked_build, run_rebuild, target_settings)
 from kbsync.settings import load_settings
 from tasks.locking import flow_locks
 from tasks.rebuild_tasks import publish_rebuild
+from tasks.refusals import is_refusal, refusal_line
 from tasks.run_names import rebuild_run_name
 from tasks.watchdog import FLOW_HOOKS, start_flow_watch
 
@@ -57,7 +60,15 @@ def rebuild(
                              build=checked_build(build),
                              run_id=str(flow_run.get_id() or new_run_id()))
     # The flow is the rebuild's door: it decides the lock once, its executor holds it.
-    report = run_rebuild(request, PrefectRebuildExecutor(locks=flow_locks(settings)))
+    try:
+        report = run_rebuild(request, PrefectRebuildExecutor(locks=flow_locks(settings)))
+    except KbsyncError as exc:
+        if not is_refusal(exc):
+            raise
+        # One ERROR line, the flow's: the check's task ended Refused (tasks.refusals).
+        line = refusal_line(exc)
+        get_run_logger().error("%s", line)
+        return Failed(message=line, data=exc)  # type: ignore[return-value]
     publish_rebuild(report)  # in the flow body: the artifacts belong to this flow run
     if not report["swapped"]:
         # A flow may return a State to set its final state (Prefect resolves it at run time);

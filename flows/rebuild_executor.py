@@ -31,6 +31,7 @@ from kbsync.maintenance.rebuild_runner import locks_for
 from kbsync.settings import Settings
 from kbsync.store.base import VectorStore
 from tasks import rebuild_tasks as t
+from tasks.refusals import unwrap
 from tasks.resources import release, runtime_for
 
 
@@ -74,8 +75,8 @@ class PrefectRebuildExecutor:
     def check_before_build(self, plan: rb.RebuildPlan, queries: list[EvalQuery],
                            live: Settings, shadow: Settings, *,
                            namespace: str) -> rb.RebuildPlan:
-        """The ``check-before-build`` task."""
-        return t.check_before_build(plan, queries, live, shadow, namespace=namespace)
+        """The ``check-before-build`` task (a refusal it ended on raised here)."""
+        return unwrap(t.check_before_build(plan, queries, live, shadow, namespace=namespace))
 
     def prepare_shadow(self, plan: rb.RebuildPlan, shadow: Settings,
                        run_id: str) -> rb.RebuildPlan:

@@ -26,6 +26,7 @@ from kbsync.maintenance.rebuild_steps import RebuildRuntime
 from kbsync.settings import Settings
 from tasks.options import COMMON
 from tasks.rebuild_story import rebuild_markdown
+from tasks.refusals import refused
 from tasks.resources import runtime_for
 
 _lock = threading.Lock()
@@ -67,9 +68,13 @@ def evaluate_collection(queries: list[ev.EvalQuery], specs: list[ev.ModeSpec], w
 def check_before_build(plan: rb.RebuildPlan, queries: list[ev.EvalQuery], live: Settings,
                        shadow: Settings, *, namespace: str) -> rb.RebuildPlan:
     """Refuse before anything is built
-    (:func:`kbsync.maintenance.rebuild_steps.check_before_build`)."""
-    return steps.check_before_build(plan, queries, live_runtime(live, shadow),
-                                    namespace=namespace)
+    (:func:`kbsync.maintenance.rebuild_steps.check_before_build`); a refusal ends the task
+    ``Refused`` and the flow logs it once (:mod:`tasks.refusals`)."""
+    try:
+        return steps.check_before_build(plan, queries, live_runtime(live, shadow),
+                                        namespace=namespace)
+    except Exception as exc:  # noqa: BLE001 - refused() raises anything but a refusal
+        return refused(exc)  # type: ignore[return-value]
 
 
 @task(name="prepare-shadow", task_run_name="prepare-shadow", **COMMON)

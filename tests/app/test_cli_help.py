@@ -47,7 +47,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     (["search", "keys", "--namespce", "team"], "did you mean --namespace?", "kbsync search"),
     (["ingest", ".", "--dryrun"], "did you mean --dry-run?", "kbsync ingest"),
     (["stats", "--jsn"], "did you mean --json?", "kbsync stats"),
-    (["serch", "keys"], "did you mean search?", "kbsync"),
+    (["serch", "keys"], "did you mean search", "kbsync"),
 ])
 def test_a_misspelt_option_or_command_gets_did_you_mean(capsys, argv, hint, where):
     code, out, err = _run(capsys, *argv)

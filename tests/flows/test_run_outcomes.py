@@ -9,7 +9,8 @@ Through a real Prefect test server:
   each message whole under a plain-words description;
 - a refusal (``RootConflict``, ``MassDeleteRefused``) is exactly one ERROR line in the
   run's logs (its subflows' included), ``KIND: message``, not a Python repr;
-- a deployment run's ``MassDeleteRefused`` names the form's ``allow_mass_delete``.
+- a deployment run's ``MassDeleteRefused`` names the form's ``allow_mass_delete``;
+- a rebuild refused before its build is one ERROR line too.
 """
 
 from __future__ import annotations
@@ -151,3 +152,25 @@ def test_the_failures_table_description_in_plain_words():
     two = {**none, "failures": [{}, {}]}
     assert failures_description(two).startswith("2 files failed in the last ingest of ")
     assert "empty: none" not in failures_description(two)
+
+
+def test_a_rebuild_refused_before_the_build_is_one_error_line(prefect_api, settings, tmp_path):
+    """``MassDeleteRefused`` from the rebuild's check-before-build task: the task ends
+    Refused, the flow Failed with one ``KIND: message`` ERROR line; nothing was built."""
+    from flows.rebuild import rebuild
+    from kbtest import topic_queries, topic_share
+
+    share, other = topic_share(tmp_path / "share"), topic_share(tmp_path / "other")
+    first = ingest(roots=[f"share={share}", f"other={other}"], namespace="rebuild-refused",
+                   return_state=True)
+    assert first.is_completed(), first
+    for path in sorted(other.rglob("*.md")):  # unmounted: an empty folder
+        path.unlink()
+    state = rebuild(queries_file=str(topic_queries(tmp_path / "q.jsonl")),
+                    namespace="rebuild-refused", return_state=True)
+    assert state.is_failed() and state.message.startswith("MassDeleteRefused: "), state
+    line = _one_error(state.state_details.flow_run_id, "MassDeleteRefused")
+    assert "root other" in line and "nothing was built" in line, line
+    with pytest.raises(Exception) as raised:  # as the CLI sees it: the error itself
+        state.result()
+    assert type(raised.value).__name__ == "MassDeleteRefused"

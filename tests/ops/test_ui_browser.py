@@ -2,11 +2,11 @@
 
 One ``prefect server start`` with its UI, the ``ci-reindex``, ``rebuild`` and ``rollback``
 deployments from prefect.yaml, a process worker (tests/ops/opskit.py), one run with a corrupt
-PDF, then a clean run of the same namespace; an evaluation regression, a rebuild, its typed
-form and a rollback from its deployment. Chromium (Debian's ``chromium``; skipped, saying so, where it is absent)
-loads the UI's own routes (``/runs/flow-run/ID``, ``/artifacts/artifact/ID``, from the
-Prefect 3.9 UI router) and the test reads the DOM the single-page app rendered, as a
-person would see it. Screenshots go to the test's tmp dir, and to ``$KBSYNC_TEST_UI_SHOTS``
+PDF, then a clean run of the same namespace; an evaluation regression, a rebuild over a share
+with a known-bad file (its runs not red), its typed form and a rollback from its deployment.
+Chromium (Debian's ``chromium``; skipped, saying so, where it is absent) loads the UI's own
+routes (``/runs/flow-run/ID``, ``/artifacts/artifact/ID``, from the Prefect 3.9 UI router) and
+the test reads the DOM the single-page app rendered, as a person would see it. Screenshots go to the test's tmp dir, and to ``$KBSYNC_TEST_UI_SHOTS``
 when that is set.
 """
 
@@ -223,13 +223,24 @@ def test_the_rebuild_summary_reads_as_a_story(stack, tmp_path):
     as a table (live as built: the default budget, not the requested 200), the state check,
     the replay counts and the rollback command; its subflows are tagged."""
     _sample_synced(stack)
+    # #41: a known-bad file in the live collection: its sync is red (a new failure), the
+    # rebuild's replays of it are not (they fail in live too), and a subflow is never red.
+    sample = stack.tmp / "sample"
+    (sample / "broken.pdf").write_bytes(b"%PDF-1.7\n" + os.urandom(600))
+    done = cli(stack, "deployment", "run", "ingest/ci-reindex", "--param",
+               f"roots={json.dumps([str(sample)])}", "--param", "namespace=default",
+               "--watch", "--watch-timeout", "180", timeout=240)
+    assert done.returncode == 1 and stack.state(run_id_of(done.stdout)) == "Failed"
     queries = str(ROOT / "data" / "eval" / "sample_queries.jsonl")
     ran = subprocess.run([sys.executable, "-c", REBUILD, queries], cwd=ROOT,
                          env=stack.worker_env, capture_output=True, text=True, timeout=400)
     assert ran.returncode == 0, ran.stderr[-3000:]
     run_id = ran.stdout.strip().splitlines()[-1]
     assert stack.state(run_id) == "Completed", stack.get(f"/flow_runs/{run_id}")
-    tags = sorted(tuple(sorted(c["tags"])) for c in stack.children(run_id))
+    children = stack.children(run_id)
+    assert children and all(c["state_type"] != "FAILED" for c in children), \
+        [(c["name"], c["state_name"]) for c in children]
+    tags = sorted(tuple(sorted(c["tags"])) for c in children)
     assert any("shadow" in t for t in tags) and any("replay" in t for t in tags), tags
     summary = {a["key"]: a for a in stack.artifacts([run_id])}[
         artifact_key("kbsync-rebuild-summary", "default")]
@@ -251,6 +262,10 @@ def test_the_rebuild_summary_reads_as_a_story(stack, tmp_path):
     page = _render(f"{ui}/runs/flow-run/{run_id}?tab=Details", tmp_path / "rebuild-run.png",
                    "State Message")
     assert "rebuild: default chunk_tokens=200" in page, page
+    # The runs list as the operator sees it: the rebuild and its subflows, none of them red.
+    page = _render(f"{ui}/runs/flow-run/{run_id}?tab=Subflow+Runs",
+                   tmp_path / "rebuild-subflows.png", "ingest", height=1600)
+    assert "Failed" not in page, page
 
     # The rebuild deployment's custom-run form: `build` has typed sub-fields, described.
     deployments = stack.deployments()
