@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 HANDOVER_S = 30.0
 """After a release, how long ``serve`` waits for the writer's relay instead of the folder."""
+HELD_WAIT_S = 5.0
+"""How long a request waits for the relay of a process that took the folder unasked: its
+relay comes up within a second of the open (an ingest); one that serves none (a foreign
+holder) is ``StoreUnavailable`` within the query budget, not a ``QueryTimeout``."""
 _DRAIN_S = 30.0  # the longest a release waits for the requests using the store
 _POLL_S = 0.05
 T = TypeVar("T")
@@ -123,7 +127,7 @@ class StoreHolder:
             store = EdgeStore(path)
         except StoreUnavailable:
             log.info("%s is held by another process: reading through its relay", path)
-            return open_reader(path, sock, wait_s=HANDOVER_S), "relay"
+            return open_reader(path, sock, wait_s=HELD_WAIT_S), "relay"
         if store.serve_readers(sock):
             store._relay.on_release = self._release  # an ingest asking gets the folder
         log.info("serving %s directly", path)
