@@ -318,11 +318,15 @@ def swap(plan: RebuildPlan, settings: Settings, store: VectorStore) -> dict[str,
     replaced). Returns the new pointer record as JSON."""
     record = pointer.ActiveRecord(plan.logical, plan.shadow, plan.live, dict(plan.target_build),
                                   dict(plan.live_build), utc_now())
+    record = _write(record, settings, store)
     if not active.read_build(store, plan.live):
         # The one write a rebuild makes beside the live collection's points and records: the
-        # settings it was built with, so a rollback (or a restore) brings them back with it.
+        # settings it was built with, so a restore brings them back with it. After the
+        # pointer, never before: a build record in the logical collection marks it replaced
+        # (active.was_replaced), and a reader that saw the mark before the first pointer
+        # existed was refused as if the pointer were lost. A crash between the two leaves a
+        # pointer whose record holds these settings as previous_build (a rollback's source).
         active.write_build(store, plan.live, dict(plan.live_build), run_id="rebuild")
-    record = _write(record, settings, store)
     old = plan.previous
     if old and old not in (plan.live, plan.shadow):
         discard(store, old)

@@ -89,3 +89,27 @@ def test_a_lost_pointer_and_copy_after_one_swap_are_refused(runtime, tmp_path):
         assert (record["active"], record["previous"]) == ("kbsync__r1", "kbsync")
         assert active.resolve(settings, runtime.store).collection == "kbsync__r1"
         assert pointer.read_mirror(settings.home, "kbsync").active == "kbsync__r1"
+
+
+def test_a_reader_during_the_first_swap_is_never_refused(runtime, tmp_path, monkeypatch):
+    """The swap's build record marks the logical collection replaced; written before the first
+    pointer, a reader in between (``kbsync serve`` did, in CI) was refused as if the pointer
+    were lost. Each write of the swap is watched by a reader resolving at that moment."""
+    settings = runtime.settings
+    seen: list[str] = []
+
+    def reader() -> None:
+        seen.append(active.resolve(settings.model_copy(), runtime.store).collection)
+
+    def watched(write):
+        def call(*args, **kwargs):
+            reader()
+            result = write(*args, **kwargs)
+            reader()
+            return result
+        return call
+
+    monkeypatch.setattr(active, "write_build", watched(active.write_build))
+    monkeypatch.setattr(pointer, "write_pointer", watched(pointer.write_pointer))
+    _swapped_once(runtime, tmp_path)
+    assert seen[0] == "kbsync" and seen[-1] == "kbsync__r1" and len(seen) >= 4

@@ -146,8 +146,10 @@ def test_reads_of_a_missing_store_answer_at_once_and_create_nothing(tmp_path):
     # The default local model: answering must not load it (that alone takes ~12 s).
     env = hash_env(NO_PREFECT, home, drop=OUTER, KBSYNC_EMBED_PROVIDER="local",
                    KBSYNC_LLM_MODEL="fake-chat", KBSYNC_LLM_BASE_URL="http://127.0.0.1:9/v1", KBSYNC_LLM_API_KEY="k")
-    search = kbsync(env, "search", "rotate keys", "--json")
+    search = kbsync(env, "-v", "search", "rotate keys", "--json")
     assert search.code == 0, search.err
+    # The event itself, not a time bound: debug logging names every model load.
+    assert "local embedding model" not in search.err and "ONNX" not in search.err, search.err
     hits = search.obj()
     assert hits["results"] == [] and "nothing is indexed yet" in hits["notes"][0]
     ask = kbsync(env, "ask", "how do keys rotate?", "--json")
@@ -160,7 +162,6 @@ def test_reads_of_a_missing_store_answer_at_once_and_create_nothing(tmp_path):
     readable = kbsync(env, "search", "rotate keys")
     assert readable.code == 0 and "nothing is indexed yet" in readable.out
     assert not home.exists()  # reading made no folder
-    assert max(r.seconds for r in (search, ask, stats, readable)) < 8
 
 
 # -- run failures: exit 1, one line, one object with the counts reached ---------------------------
