@@ -2,8 +2,8 @@
 script, not a test). Needs root: it makes local users.
 
     python tests/bench/serve_bench.py [--chunks 2000] [--clients 20] [--searches 200]
-        [--mode hybrid] [--embed hash] [--during-ingest [--ingest-chunks 60000]
-        [--seal-after 3000] [--rounds 4]] [--keep]
+        [--mode hybrid] [--embed hash] [--during-ingest [--ingest-chunks 45000]
+        [--rounds 4]] [--keep] [--seeded DIR]
 
 The store (a fresh home under /tmp): owner-only texts (the Python API) up to ``--chunks``
 chunks, and a share of 240 files of random owners, groups, modes and ACLs over 4 ``useradd``
@@ -16,12 +16,13 @@ token). Every result's doc_id is checked against the files the kernel lets that 
 (``runuser ... test -r``): the owner-only texts are outside every user's set (a control
 search by the owner shows they are found).
 
-``--during-ingest``: then a second ``kbsync ingest`` adds ``--ingest-chunks`` chunks (files
-of ~30 chunks, random modes too); with ``--chunks`` a multiple of ``SEAL_EVERY`` the first
-seal falls about ``--seal-after`` chunks into it. Once ``serve`` has handed the store over,
-the three ways take turns, ``--rounds`` turns of ``--searches / --rounds`` searches a client
-(in process reads through the ingest's relay then, as the owner's ``kbsync search`` does), so
-that each meets the same phases of the ingest. The sealed segments are polled every 0.2 s;
+``--during-ingest``: then a second ``kbsync ingest`` adds at least ``--ingest-chunks``
+chunks (files of ~30 chunks, random modes too), enough for its writer to seal a segment
+(it counts from 0 at open, see ``serve_load.unsealed``: ``SEAL_EVERY`` chunks in). Once
+``serve`` has handed the store over, the three ways take turns, ``--rounds`` turns of
+``--searches / --rounds`` searches a client (in process reads through the relay of the
+folder's holder then, as the owner's ``kbsync search`` does: never the folder, which would
+lock the ingest out), so that each meets the same phases of the ingest. The sealed segments are polled every 0.2 s;
 each row says how many seals fell inside its turns, and whether the ingest was still running
 at the end of every turn.
 """
@@ -53,11 +54,12 @@ def main() -> int:
     parser.add_argument("--mode", default="hybrid", choices=["dense", "hybrid"])
     parser.add_argument("--embed", default="hash", help="hash | local (the default model)")
     parser.add_argument("--during-ingest", action="store_true")
-    parser.add_argument("--ingest-chunks", type=int, default=60000)
-    parser.add_argument("--seal-after", type=int, default=3000)
+    parser.add_argument("--ingest-chunks", type=int, default=45000)
     parser.add_argument("--rounds", type=int, default=4, help="turns of the ways during ingest")
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="leave the home and share")
+    parser.add_argument("--seeded", default=None, metavar="DIR",
+                        help="keep the home with the owner-only texts here, and reuse it")
     args = parser.parse_args()
     if args.during_ingest and args.embed != "hash":
         parser.error("--during-ingest embeds ~10k chunks: hash embedder only")
@@ -84,26 +86,36 @@ def run(args, base: Path, people, random_share) -> None:
 
     settings = load_settings()
     env = sl.ingest_env(base / "home", args.embed)
-    owner_target = args.chunks - 240  # the seal falls --seal-after chunks into the ingest
-    if args.during_ingest and args.chunks >= layout.SEAL_EVERY:  # when --chunks is a multiple
-        owner_target -= args.seal_after
+    owner_target = args.chunks - 240
     t = time.perf_counter()
-    owned = sl.seed_owner_texts(max(owner_target, 1),
-                                per_doc=1 if args.chunks < 10_000 else 1000)
+    cache = Path(args.seeded) / f"{args.embed}-{owner_target}" if args.seeded else None
+    if cache is not None and (cache / "owned").is_file():
+        subprocess.run(["cp", "-a", "--sparse=always", str(cache / "home"), str(base)],
+                       check=True)
+        owned = int((cache / "owned").read_text())
+    else:
+        owned = sl.seed_owner_texts(max(owner_target, 1),
+                                    per_doc=1 if args.chunks < 10_000 else 1000)
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-a", "--sparse=always", str(base / "home"), str(cache)],
+                           check=True)
+            (cache / "owned").write_text(str(owned))
     print(f"stored {owned} owner-only chunks in {time.perf_counter() - t:.0f} s", flush=True)
     root = base / "share"
     files = random_share(root, people, seed=23)
     root.chmod(0o755)
     _ingest_and_wait(env, root, base / "ingest-1.log")
-    points, open_points = sl.unsealed(settings)
+    points, open_points, counted = sl.unsealed(settings)
     extra: list[Path] = []
     if args.during_ingest:
-        need = layout.SEAL_EVERY - open_points
+        need = layout.SEAL_EVERY - counted  # when the ingest's writer seals (serve_load.unsealed)
         want = max(args.ingest_chunks, need + 1000)
         extra = sl.grow_share(root / "new", people, files=-(-want // 30),
                               paragraphs=PARAGRAPHS, seed=29)
-        print(f"{points} points, {open_points} outside sealed segments: a seal is due "
-              f"{need} chunks into the ingest of {len(extra)} files (~{want} chunks)", flush=True)
+        print(f"{points} points, {open_points} outside sealed segments ({counted} as the "
+              f"writer counts them at open): a seal is due {need} chunks into the ingest of "
+              f"{len(extra)} files (~{want} chunks)", flush=True)
     allowed = sl.readable_ids(people.users, files + extra, root)
     user_of = {n: people.users[n % len(people.users)] for n in range(args.clients)}
     uid_of = {n: pwd.getpwnam(u).pw_uid for n, u in user_of.items()}
@@ -163,20 +175,28 @@ def _door_ways(args, sock: Path, port: int, user_of, uid_of) -> list[tuple]:
 
 
 @contextmanager
-def _in_process_way(args, settings, user_of):
-    """``(name, one, euid)`` in process, on one store opened here (``as_user``)."""
+def _in_process_way(args, settings, user_of, *, relayed: bool = False):
+    """``(name, one, euid)`` in process (``as_user``): on one store opened here, or with
+    ``relayed`` through the folder's holder (:class:`serve_load.RelayReader`)."""
     from kbsync.embed import build_embedding_service
     from kbsync.query.search import search
     from kbsync.store import open_store
 
-    store, service = open_store(settings), build_embedding_service(settings)
-    print(f"in process: the store is a {type(store).__name__}", flush=True)
+    service = build_embedding_service(settings)
+    if relayed:
+        reader = sl.RelayReader(settings)
+    else:
+        reader = sl.RelayReader.__new__(sl.RelayReader)
+        reader.store, reader.run = open_store(settings), lambda work: work(reader.store)
+        reader.reconnects = 0
+    print(f"in process: the store is a {type(reader.store).__name__}", flush=True)
     try:
-        yield ("in process", lambda n, q: [h.doc_id for h in search(
-            q, store=store, service=service, collection=settings.collection, mode=args.mode,
-            as_user=user_of[n]).results], lambda n: None)
+        yield ("in process", lambda n, q: [h.doc_id for h in reader.run(lambda st: search(
+            q, store=st, service=service, collection=settings.collection, mode=args.mode,
+            as_user=user_of[n])).results], lambda n: None)
     finally:
-        store.close()
+        print(f"in process: {reader.reconnects} reconnects", flush=True)
+        reader.store.close()
 
 
 def _rounds(args, ways, condition: str, rounds: int, may_read, mark=lambda r: None) -> list:
@@ -213,7 +233,7 @@ def _during(args, settings, env, root, base, sock, doors, user_of, may_read) -> 
     def mark(r: dict) -> None:
         r["seals"] = watch.between(r["t0"], r["t1"])
         r["ingesting"] = proc.poll() is None
-    with _in_process_way(args, settings, user_of) as way:  # through the ingest's relay
+    with _in_process_way(args, settings, user_of, relayed=True) as way:
         rows = _rounds(args, [*doors, way], "during ingest", args.rounds, may_read, mark)
     rc = proc.wait()
     watch.stop()

@@ -176,19 +176,73 @@ def readable_ids(users: list[str], files: list[Path], root: Path) -> dict[str, s
             for u in users}
 
 
-def unsealed(settings) -> tuple[int, int]:
-    """``(points, points outside sealed segments)`` of the collection (opens the store)."""
+def unsealed(settings) -> tuple[int, int, int]:
+    """``(points, points outside sealed segments, the writer's count of them)`` of the
+    collection (opens the store). The writer counts from ``points - indexed vectors`` at open
+    (``seal.unsealed_points``), and that engine count includes every sparse vector, sealed or
+    not: so its count starts at 0 and a seal comes ``SEAL_EVERY`` points into a run, whatever
+    the open segment held (the true figure here: the sealed segments' points on disk)."""
     from kbsync.store import open_store
+    from kbsync.store.edge.seals import sealed_segments
 
     store = open_store(settings)
     try:
-        info = store._require(settings.collection).shard.info()
-        return int(info.points_count), int(info.points_count) - int(info.indexed_vectors_count)
+        shard = store._require(settings.collection)
+        points, counted = int(shard.shard.info().points_count), int(shard.unsealed)
     finally:
         store.close()
+    sealed = sum((seg / "id_tracker.versions").stat().st_size // 8
+                 for seg in sealed_segments(settings.store_path / settings.collection).values())
+    return points, points - sealed, counted
 
 
 # --- an ingest beside the searches -------------------------------------------------------------
+class RelayReader:
+    """In process during an ingest: the store read through the relay of whichever process
+    holds the folder (the ingest, or ``serve`` between the ingest's opens), never the folder
+    itself, so the ingest is never locked out by the bench. When the holder goes away
+    mid-call it connects again, once, as ``serve``'s holder does (``reconnects`` counts it)."""
+
+    def __init__(self, settings) -> None:
+        from kbsync.store.edge.relay import socket_path
+
+        self.path, self.sock = settings.store_path, socket_path(settings.home,
+                                                                settings.store_path)
+        self._lock = threading.Lock()
+        self.reconnects = 0
+        self.store = self._connect()
+
+    def _connect(self):
+        from kbsync.errors import RelayUntrusted
+        from kbsync.store.edge.relay_client import RelayStore
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return RelayStore.connect(self.path, self.sock)
+            except RelayUntrusted:
+                raise
+            except Exception:  # noqa: BLE001 - between holders: wait for the next relay
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def run(self, work):
+        from kbsync.errors import StoreUnavailable
+
+        store = self.store
+        try:
+            return work(store)
+        except StoreUnavailable:
+            with self._lock:
+                if self.store is store:
+                    self.store, self.reconnects = self._connect(), self.reconnects + 1
+            return work(self.store)
+
+    def close(self) -> None:
+        self.store.close()
+
+
 def ingest_env(home: Path, embed: str) -> dict[str, str]:
     from kbtest import cli_env
 
