@@ -2,7 +2,7 @@
 script, not a test). Needs root: it makes local users.
 
     python tests/bench/serve_bench.py [--chunks 2000] [--clients 20] [--searches 200]
-        [--mode hybrid] [--embed hash] [--during-ingest [--ingest-chunks 45000]
+        [--mode hybrid] [--embed hash] [--during-ingest [--ingest-chunks 160000]
         [--rounds 4]] [--keep] [--seeded DIR]
 
 The store (a fresh home under /tmp): owner-only texts (the Python API) up to ``--chunks``
@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--mode", default="hybrid", choices=["dense", "hybrid"])
     parser.add_argument("--embed", default="hash", help="hash | local (the default model)")
     parser.add_argument("--during-ingest", action="store_true")
-    parser.add_argument("--ingest-chunks", type=int, default=45000)
+    parser.add_argument("--ingest-chunks", type=int, default=160000)
     parser.add_argument("--rounds", type=int, default=4, help="turns of the ways during ingest")
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="leave the home and share")
@@ -199,12 +199,16 @@ def _in_process_way(args, settings, user_of, *, relayed: bool = False):
         reader.store.close()
 
 
-def _rounds(args, ways, condition: str, rounds: int, may_read, mark=lambda r: None) -> list:
+def _rounds(args, ways, condition: str, rounds: int, may_read, mark=lambda r: None,
+            going=lambda: True) -> list:
     """Each way ``rounds`` times in turn, ``--searches / rounds`` searches a client each time,
-    so that every way meets the same phases of an ingest; one merged row per way."""
+    so that every way meets the same phases of an ingest; one merged row per way. No turn
+    starts once ``going()`` is false (the ingest ended: the row then holds fewer searches)."""
     parts: dict[str, list[dict]] = {name: [] for name, _, _ in ways}
     per = args.searches // rounds
     for _ in range(rounds):
+        if not going():
+            break
         for name, one, euid in ways:
             part = sl.drive(args.clients, per, one, allowed=may_read.__getitem__, euid=euid)
             mark(part)
@@ -234,7 +238,8 @@ def _during(args, settings, env, root, base, sock, doors, user_of, may_read) -> 
         r["seals"] = watch.between(r["t0"], r["t1"])
         r["ingesting"] = proc.poll() is None
     with _in_process_way(args, settings, user_of, relayed=True) as way:
-        rows = _rounds(args, [*doors, way], "during ingest", args.rounds, may_read, mark)
+        rows = _rounds(args, [*doors, way], "during ingest", args.rounds, may_read, mark,
+                       going=lambda: proc.poll() is None)
     rc = proc.wait()
     watch.stop()
     tail = (base / "ingest-2.log").read_text()[-3000:]
@@ -264,13 +269,13 @@ def _table(args, rows, owned: int, points: int, users: list[str]) -> None:
     print(f"\n{args.clients} clients x {args.searches} {args.mode} searches, {points} points "
           f"({owned} owner-only chunks), embed {args.embed}, {os.cpu_count()} CPUs, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; clients as {len(users)} users")
-    print("| way | condition | p50 ms | p95 ms | searches/s | errors | out-of-set "
+    print("| way | condition | searches | p50 ms | p95 ms | searches/s | errors | out-of-set "
           "(of checked) | seals inside | load (1 min) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, condition, r in rows:
         seals = "" if "seals" not in r else (
             f"{r['seals']}" + ("" if r["ingesting"] else " (ingest over)"))
-        print(f"| {name} | {condition} | {r['p50']:.1f} | {r['p95']:.1f} | {r['per_s']:.0f} "
+        print(f"| {name} | {condition} | {r['n']} | {r['p50']:.1f} | {r['p95']:.1f} | {r['per_s']:.0f} "
               f"| {r['errors']} | {r['outside']} ({r['checked']}) | {seals} | {r['load']} |")
     for name, condition, r in rows:
         if r["first_error"] or r["first_outside"]:

@@ -180,8 +180,9 @@ def unsealed(settings) -> tuple[int, int, int]:
     """``(points, points outside sealed segments, the writer's count of them)`` of the
     collection (opens the store). The writer counts from ``points - indexed vectors`` at open
     (``seal.unsealed_points``), and that engine count includes every sparse vector, sealed or
-    not: so its count starts at 0 and a seal comes ``SEAL_EVERY`` points into a run, whatever
-    the open segment held (the true figure here: the sealed segments' points on disk)."""
+    not: so its count starts at 0 (an ingest's first step seals an open segment already full,
+    its ``seal`` stage; a segment short of full then seals ``SEAL_EVERY`` points into the
+    run, whatever it held). The true figure here: the sealed segments' points on disk."""
     from kbsync.store import open_store
     from kbsync.store.edge.seals import sealed_segments
 
