@@ -100,9 +100,10 @@ def _floor(work: Path, api: str) -> tuple[float, float]:
 
 
 def _check_noop(summary: dict) -> None:
-    if summary["added"] or summary["updated"] or summary["deleted"] or \
+    if summary["added"] or summary["updated"] or summary["deleted"] or summary["failed"] or \
             summary["unchanged"] != summary["files_seen"]:
-        raise SystemExit(f"not a no-op: { {k: summary[k] for k in ('added', 'updated', 'deleted', 'unchanged', 'files_seen')} }")
+        keys = ("added", "updated", "deleted", "failed", "unchanged", "files_seen")
+        raise SystemExit(f"not a no-op: { {k: summary[k] for k in keys} }")
 
 
 def _real_share(work: Path, spec_text: str) -> Path:
