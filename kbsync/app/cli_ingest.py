@@ -14,7 +14,7 @@ JSON summary, exit codes and one-line errors. They differ only in what is record
   and the JSON summary is the run's record.
 
 Measured (tests/bench/README.md, "No-op sync"): before, a CLI run without an API started
-Prefect's temporary server, 9-14 s of a no-op of 300 pages that takes about 1 s without it,
+Prefect's temporary server: 13-23 s for a no-op of 300 pages that takes 1.1 s without it,
 for run records in ``$PREFECT_HOME``'s database that only a later ``prefect server start``
 would show. Who wants run history runs a server and sets ``PREFECT_API_URL``.
 """

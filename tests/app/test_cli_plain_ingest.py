@@ -1,6 +1,6 @@
 """``kbsync ingest`` without a Prefect API runs the runner in process (issue 42).
 
-Before, it started Prefect's temporary server (9-14 s of a 300-page no-op that takes about
+Before, it started Prefect's temporary server (13-23 s of a 300-page no-op that takes about
 1 s without it). Now: no Prefect import, no server, nothing written under ``PREFECT_HOME``;
 the same JSON summary, exit codes and one-line errors as a flow run
 (tests/flows/test_cli_e2e.py runs the CLI against a Prefect API).
