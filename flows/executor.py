@@ -36,7 +36,7 @@ from prefect.utilities.annotations import quote
 from kbsync.catalog.lock import WriteLocks
 from kbsync.errors import FilesFailed
 from kbsync.ingest import steps
-from kbsync.ingest.executor import CONTEXT
+from kbsync.ingest.executor import CONTEXT, bind
 from kbsync.ingest.model_choice import choose_model
 from kbsync.models import RootSpec
 from kbsync.settings import Settings
@@ -150,6 +150,11 @@ class PrefectExecutor:
     def call(self, step: Callable, *args: Any, label: str) -> Any:
         """Run ``step``'s task and return its value (a refusal it ended on raised)."""
         return unwrap(TASK_OF[step].with_options(task_run_name=label)(*self._args(args)))
+
+    def here(self, step: Callable, *args: Any, label: str) -> Any:
+        """Run ``step`` in this process, in the flow run's own step: no task run (what a
+        no-op does: its plans, an idle root's finish; :func:`kbsync.ingest.runner.is_idle`)."""
+        return step(*bind(args, runtime_for(self.settings)))
 
     def submit(self, step: Callable, *args: Any, label: str, after: Sequence[Any] = ()) -> Any:
         """Submit ``step``'s task to the task runner; the handle is its future.

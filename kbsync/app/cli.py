@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ing = sub.add_parser("ingest", help="sync directories into the knowledge base (Prefect flow)")
+    ing = sub.add_parser("ingest", help="sync directories into the knowledge base (a Prefect flow "
+                         "run with PREFECT_API_URL, else in this process; see docs/OPERATIONS.md)")
     ing.add_argument("roots", nargs="+", metavar="ROOT", help="directory, or NAME=PATH")
     ing.add_argument("--namespace", type=namespace_argument, default="default",
                      help="namespace (default: default)")
@@ -212,65 +213,9 @@ def _ingest_counts(exc: BaseException, args, settings) -> dict:
 
 
 def _ingest(args, settings) -> int:
-    from kbsync.ingest.discover import parse_root, root_parameter
-    from kbsync.models import SyncMode, display_text
+    from kbsync.app import cli_ingest
 
-    from kbsync.catalog.identity import check_roots
-
-    # A missing, empty or overlapping root is a usage error before any run exists.
-    check_roots([parse_root(root) for root in args.roots], home=settings.home)
-    from kbsync.catalog.lock import refuse_if_held
-
-    refuse_if_held(settings, args.namespace)  # before Prefect starts, which costs seconds
-    server = _start_early(settings, args)
-    from flows.ingest import ingest  # imported late: Prefect's import costs seconds
-
-    from kbsync.app.console import ingest_status, print_ingest
-    from tasks.watchdog import exit_now, set_lost_handler, watch_orchestrator
-
-    # A lost Prefect API: the usual error line (and JSON object), then exit at once.
-    set_lost_handler(lambda exc: exit_now(_failed(exc, [], args, settings)))
-    if server is not None:
-        server.use()  # waits until it answers
-    with watch_orchestrator(settings), ingest_status(enabled=not args.json):
-        state = ingest(roots=[root_parameter(r) for r in args.roots], namespace=args.namespace,
-                       mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
-                       # globs match the display form of relative paths (\xNN, as in doc_ids)
-                       include=[display_text(g) for g in args.include],
-                       exclude=[display_text(g) for g in args.exclude],
-                       allow_mass_delete=args.allow_mass_delete,
-                       max_delete_fraction=args.max_delete_fraction, rebind=args.rebind,
-                       return_state=True)
-    summary = run_result(state.result(raise_on_failure=False))
-    if args.json:
-        _emit(summary)
-    else:
-        print_ingest(summary)
-    return EXIT_PARTIAL if summary["failed"] else EXIT_OK
-
-
-def _start_early(settings, args):
-    """Start, while Prefect imports, what the run would wait for: Prefect's temporary
-    server (without PREFECT_API_URL; :mod:`tasks.temp_server`) and, on a first ingest into
-    the embedded store (its collection not yet there: every file will be converted), the
-    conversion forkserver. Other runs start it on their first file, as before: a no-op
-    re-run must not pay for importing the converters. Returns that server or None."""
-    if settings.convert_isolation and not args.dry_run and _first_ingest(settings):
-        from kbsync.convert.isolate import start_forkserver
-
-        start_forkserver()
-    from tasks.temp_server import start  # no Prefect import in it
-
-    return start()
-
-
-def _first_ingest(settings) -> bool:
-    """No chunk collection yet in the embedded store (looked for, never opened)."""
-    if settings.qdrant_url:
-        return False
-    from kbsync.store.edge.query import collection_created
-
-    return not collection_created(settings.store_path, settings.collection)
+    return cli_ingest.ingest(args, settings, lambda exc: _failed(exc, [], args, settings))
 
 
 def _search(args, settings) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderHook, RenderResult
 from rich.markup import escape
@@ -22,7 +22,8 @@ from kbsync.app.terminal import terminal_safe
 
 from kbsync.ingest.progress import Progress, listening
 from kbsync.ingest.report import ignored_line, shown_fields
-from kbsync.query.search import SearchResult, citation
+if TYPE_CHECKING:  # the query wing's import is paid by the commands that print hits only
+    from kbsync.query.search import SearchResult
 
 
 
@@ -125,6 +126,8 @@ def print_ingest(summary: dict) -> None:
 
 def print_search(result: SearchResult) -> None:
     """Hits with their citations and a text excerpt, then expansions and notes."""
+    from kbsync.query.search import citation
+
     out.print(f"{result.kept_count} kept of {result.raw_count} candidates for "
               f"{result.query!r} in namespace {result.namespace} ({result.latency_ms} ms)",
               highlight=False)

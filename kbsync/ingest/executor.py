@@ -59,6 +59,11 @@ class Executor(Protocol):
     def call(self, step: Callable[..., T], *args: Any, label: str) -> T:
         """Run ``step(*args)`` and return its value."""
 
+    def here(self, step: Callable[..., T], *args: Any, label: str) -> T:
+        """Run ``step(*args)`` in the run's own process and step, recorded as nothing of its
+        own (no task run): for what a run with nothing to write does (plans, an idle root's
+        finish), so a no-op costs no run per root (:func:`kbsync.ingest.runner.is_idle`)."""
+
     def submit(self, step: Callable[..., Any], *args: Any, label: str,
                after: Sequence[Any] = ()) -> Any:
         """Start ``step(*args)``; return a handle."""
@@ -102,6 +107,10 @@ class InProcess:
 
     def call(self, step: Callable[..., T], *args: Any, label: str = "") -> T:
         """Run ``step`` now."""
+        return step(*bind(args, self.ctx))
+
+    def here(self, step: Callable[..., T], *args: Any, label: str = "") -> T:
+        """Run ``step`` now (as :meth:`call`)."""
         return step(*bind(args, self.ctx))
 
     def submit(self, step: Callable[..., Any], *args: Any, label: str = "",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import unicodedata
 
 SUMMARY_FIELDS = ("files_seen", "added", "updated", "unchanged", "deleted", "failed", "ignored",
                   "chunks_raw", "chunks_kept", "embeddings_computed", "embeddings_cached",
@@ -92,3 +94,69 @@ def short_message(failure: dict, limit: int | None = 160) -> str:
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")[:300]
+
+
+LOGGED_FAILURES = 20
+"""Failed files named one per line in the log; the failures table lists every one."""
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control or format character (C0, C1, DEL, bidi marks) as ``\\xNN``
+    or ``\\uNNNN``: one printable line whatever a file name held."""
+    out = []
+    for char in str(text):
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def failures_key(summary: dict) -> str:
+    """The key of the failures table this run's summary was written beside."""
+    prefix = "kbsync-dry-run" if summary.get("dry_run") else "kbsync-ingest"
+    return artifact_key(f"{prefix}-failures", summary.get("namespace", "default"))
+
+
+def failure_lines(summary: dict, limit: int = LOGGED_FAILURES) -> list[str]:
+    """The WARNING lines of a summary's failed files: ``failed DOC_ID: KIND: MESSAGE``,
+    at most ``limit``, then ``... and N more failed files: see the table artifact KEY``."""
+    failures = summary.get("failures") or []
+    lines = [f"failed {escape_controls(f.get('doc_id') or f.get('path') or '?')}: "
+             f"{escape_controls(f.get('error', '?'))}: {escape_controls(short_message(f))}"
+             for f in failures[:limit]]
+    if len(failures) > limit:
+        lines.append(f"... and {len(failures) - limit} more failed files: see the table "
+                     f"artifact {failures_key(summary)} (every failed file, with its path)")
+    return lines
+
+
+def log_failures(logger: logging.Logger | logging.LoggerAdapter, summary: dict,
+                 known: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Log :func:`failure_lines` of ``summary`` at WARNING, one record per line; a file in
+    ``known`` (it failed in the last run too) says so."""
+    failures = summary.get("failures") or []
+    for index, line in enumerate(failure_lines(summary)):
+        if index < len(failures) and index < LOGGED_FAILURES and \
+                failures[index].get("doc_id") in known:
+            line += " (known: it failed in the last run too)"
+        logger.warning("%s", line)
+
+
+def count_line(summary: dict) -> str:
+    """``ingest NS: added 1, ...`` or, for a dry run, ``dry run NS (nothing written): would
+    add 15, would update 0, ...``."""
+    names = ("add", "update", "keep unchanged", "delete")
+    values = (summary["added"], summary["updated"], summary["unchanged"], summary["deleted"])
+    ns = escape_controls(summary["namespace"])
+    if summary.get("dry_run"):
+        said = ", ".join(f"would {n} {v}" for n, v in zip(names, values))
+        return f"dry run {ns} (nothing written): {said}, failed {summary['failed']}"
+    said = ", ".join(f"{past} {v}" for past, v in
+                     zip(("added", "updated", "unchanged", "deleted"), values))
+    apart = (f", not attempted {summary['not_attempted']}" if summary.get("not_attempted")
+             else "")
+    if summary.get("permissions_updated"):
+        apart += f", permissions updated {summary['permissions_updated']}"
+    return f"ingest {ns}: {said}, failed {summary['failed']}{apart}"

@@ -92,8 +92,7 @@ def run_ingest(request: IngestRequest, executor: Executor) -> IngestSummary:
                 tally.sealed(sealed["points"], sealed["seconds"])
             meter = Meter(len(request.roots))
             for spec in request.roots:
-                tally.merge(executor.run_root(spec.name,
-                                              _root_body(spec, request, executor, meter)))
+                _run_root(spec, request, executor, meter, tally)
     return tally.close(started)
 
 
@@ -123,14 +122,61 @@ def _check_run(request: IngestRequest, executor: Executor, tally: Tally) -> None
     tally.warn(*([missing] if missing else []))
 
 
-def _root_body(spec: RootSpec, request: IngestRequest, executor: Executor, meter: Meter):
+def _run_root(spec: RootSpec, request: IngestRequest, executor: Executor, meter: Meter,
+              tally: Tally) -> None:
+    """One root into ``tally``: its slices planned here, in the run's own step
+    (:meth:`Executor.here`), while each is idle (:func:`is_idle`) and finished here too; the
+    first slice with work, and every slice after it, in the root's own run
+    (:meth:`Executor.run_root`: an ``ingest-root`` subflow in Prefect). So a root with
+    nothing to write costs its plan and no run at all: no subflow, no task."""
+    quiet = _new_tally(request, executor)
+    with quiet.kept():  # a refused plan carries the idle slices' counts
+        cursor = None
+        while True:
+            with quiet.timed("plan"):
+                rp = executor.here(steps.plan, *_plan_args(spec, request, executor, cursor),
+                                   label=f"plan {spec.name}")
+            if not is_idle(rp):
+                break
+            quiet.planned(rp)
+            log.info("root %s: nothing to write in %d files%s", spec.name,
+                     sum(rp.plan.counts().values()), "; more to plan" if rp.cursor else "")
+            meter.planned(0, last_slice=rp.cursor is None)
+            if not request.dry_run:
+                with quiet.timed("finish"):
+                    quiet.finished(rp, *executor.here(steps.finish_root, CONTEXT, rp,
+                                                      request.namespace,
+                                                      label=f"finish-root {spec.name}"))
+            if rp.cursor is None:
+                tally.merge(quiet.summary.to_dict())
+                return
+            cursor = rp.cursor
+    tally.merge(quiet.summary.to_dict())  # before the root's run: its error carries its own
+
     def body() -> dict:
-        return ingest_root(spec, request, executor, meter=meter).to_dict()
-    return body
+        return ingest_root(spec, request, executor, meter=meter, first=rp).to_dict()
+    tally.merge(executor.run_root(spec.name, body))
+
+
+def is_idle(rp: RootPlan) -> bool:
+    """A plan (slice) with nothing to write: nothing to convert, heal or delete, and no
+    unchanged file whose size, mtime or permissions moved. Finishing it writes at most a
+    folder's new grants or the root's capture mark (:func:`kbsync.ingest.steps.finish_root`)."""
+    if rp.to_process() or rp.to_delete or rp.plan.of(PlanAction.HEAL):
+        return False
+    for item in rp.plan.of(PlanAction.UNCHANGED):
+        file, previous = item.file, item.previous
+        if file is None or previous is None:
+            continue
+        access = file.access if file.access is not None else previous.access
+        if (file.size, file.mtime_ns, access) != (previous.size, previous.mtime_ns,
+                                                  previous.access):
+            return False
+    return True
 
 
 def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor, *,
-                meter: Meter | None = None) -> IngestSummary:
+                meter: Meter | None = None, first: RootPlan | None = None) -> IngestSummary:
     """One root, slice by slice (``config.files_per_slice`` files in doc_id order): plan the
     slice, run its batches through the stages, heal, finish it; the last slice also deletes
     what the root's plan deletes. The next slice is planned while this one's batches run
@@ -146,12 +192,18 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor, *,
     with tally.kept():  # the root's counts reached ride on any exception (the run adds them)
         # "plan" counts the waits for plans (an executor that runs a step at once, as the
         # plain runner's does, plans inside the submit).
-        with tally.timed("plan"):
-            planned = _submit_plan(spec, request, executor, cursor=None)
+        planned: Any = None  # ``first``: planned by the caller, so drawn after nothing
+        if first is None:
+            with tally.timed("plan"):
+                planned = _submit_plan(spec, request, executor, cursor=None)
         done = 0  # batches of the root's earlier slices
         while True:
-            with tally.timed("plan"):
-                [rp] = executor.gather([planned])
+            if planned is not None:
+                with tally.timed("plan"):
+                    [rp] = executor.gather([planned])
+            else:  # the first slice, planned by the caller
+                assert first is not None
+                rp, first = first, None
             tally.planned(rp)  # in a dry run, all it reports
             log.info("root %s: %s, %d to delete%s", spec.name, rp.plan.counts(),
                      len(rp.to_delete), "; more to plan" if rp.cursor is not None else "")
@@ -171,11 +223,16 @@ def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor, *,
                 return tally.summary
 
 
+def _plan_args(spec: RootSpec, request: IngestRequest, executor: Executor, cursor) -> tuple:
+    """:func:`kbsync.ingest.steps.plan`'s arguments for the root's slice after ``cursor``."""
+    return (CONTEXT, spec, request.namespace, request.mode, request.force, request.include,
+            request.exclude, request.guard, cursor, executor.config.files_per_slice)
+
+
 def _submit_plan(spec: RootSpec, request: IngestRequest, executor: Executor, *, cursor) -> Any:
     """Start planning the root's next slice (its first with ``cursor`` None)."""
-    return executor.submit(steps.plan, CONTEXT, spec, request.namespace, request.mode,
-                           request.force, request.include, request.exclude, request.guard,
-                           cursor, executor.config.files_per_slice, label=f"plan {spec.name}")
+    return executor.submit(steps.plan, *_plan_args(spec, request, executor, cursor),
+                           label=f"plan {spec.name}")
 
 
 def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executor: Executor,
@@ -190,7 +247,8 @@ def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executo
     batches = list(iter_batches(rp.to_process(), executor.config.files_per_batch))
     work = _Unreported(dict(enumerate([*batches, healing])))
     try:
-        for number, results in run_batches(spec.name, rp, request, executor, after=[planned],
+        for number, results in run_batches(spec.name, rp, request, executor,
+                                           after=[planned] if planned is not None else [],
                                            before=done, work=work):
             tally.add(*results)
             meter.batch_done(len(batches[number]), _chunks_embedded(results))

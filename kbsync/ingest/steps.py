@@ -25,7 +25,7 @@ from kbsync.ingest.plan import DeleteGuard, PlanCursor, RootPlan, plan_root, pre
 from kbsync.ingest.stages import (StageResult, chunk_stage, convert_stage, embed_stage,
                                   screen_stage)
 from kbsync.ingest.classify import PlanItem
-from kbsync.catalog.access import mark_captured
+from kbsync.catalog.access import CAPTURED, mark_captured
 from kbsync.models import RootSpec, SyncMode
 from kbsync.text.chunk import ChunkConfig
 
@@ -177,9 +177,15 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> tuple[int, 
     permissions_updated)``."""
     moved = room.finish_unchanged(rp, ctx, namespace)
     deleted = room.delete_missing(rp, ctx, namespace)
-    if rp.cursor is None and not rp.filtered:
-        mark_captured(ctx.states, namespace, rp.root.name)
+    if rp.cursor is None and not rp.filtered and not _captured(ctx, namespace, rp.root.name):
+        mark_captured(ctx.states, namespace, rp.root.name)  # once: a no-op writes nothing
     return deleted, moved
+
+
+def _captured(ctx: IngestContext, namespace: str, root: str) -> bool:
+    """Whether ``root`` of ``namespace`` is marked captured already (one metadata read)."""
+    return any(r.get("captured_root") == root
+               for r in ctx.states.read_meta(CAPTURED, captured_namespace=namespace))
 
 
 BATCH_STAGES = (convert, chunk, embed, upsert)

@@ -142,6 +142,9 @@ class IngestSummary:
             if key == "ignored_by_kind":
                 add_ignored(self, value)
                 continue
+            if key == "roots":  # a root in two parts (its idle slices, then its run): once
+                self.roots.extend(r for r in value if r not in self.roots)
+                continue
             current = getattr(self, key)
             setattr(self, key, current + value)
 

@@ -44,14 +44,35 @@ def test_ingest_sample_then_rerun_is_unchanged(prefect_api, settings, tmp_path, 
     assert first["failed"] == 0 and first["chunks_kept"] > 0
     assert first["embeddings_computed"] == first["chunks_kept"]
     names = _task_names(state.state_details.flow_run_id)
-    # Task runs are named after their root and batch, so a graph of many batches reads.
-    assert {"plan sample", "batch sample 1/1", "finish-root sample", "check-identity"} <= names
+    # Task runs are named after their root and batch, so a graph of many batches reads. A
+    # root's first plan runs in the flow run itself (issue 42: so a root with nothing to
+    # write opens no subflow), so there is no "plan sample" task for a root of one slice.
+    assert {"batch sample 1/1", "finish-root sample", "check-identity"} <= names
+    assert "plan sample" not in names
     summary_artifacts = _artifacts(artifact_key("kbsync-ingest", "flow-test"))
     assert summary_artifacts and "files_seen" in summary_artifacts[0].data
 
-    second = ingest(roots=[str(share)], namespace="flow-test")
+    again = ingest(roots=[str(share)], namespace="flow-test", return_state=True)
+    second = again.result()
     assert second["unchanged"] == second["files_seen"] == first["files_seen"]
     assert second["embeddings_computed"] == 0 and second["added"] == second["updated"] == 0
+    assert second["roots"] == ["sample"]
+    # A no-op: no subflow, no task per root or batch; the run's checks only, and its summary
+    # artifact written once.
+    run_id = again.state_details.flow_run_id
+    assert _children(run_id) == []
+    assert _task_names(run_id) == {"check-identity", "record-identity", "check-collection",
+                                   "seal-store"}
+    assert len(_artifacts(artifact_key("kbsync-ingest", "flow-test"))) == \
+        len(summary_artifacts) + 1
+
+
+def _children(flow_run_id) -> list:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])))
 
 
 def test_a_failing_file_fails_the_run_but_not_the_others(prefect_api, settings, tmp_path,

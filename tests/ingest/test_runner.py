@@ -39,6 +39,10 @@ class Recording(InProcess):
         self.ran.append(step.__name__)
         return super().submit(step, *args, label=label, after=after)
 
+    def here(self, step, *args, label=""):
+        self.ran.append(step.__name__)
+        return super().here(step, *args, label=label)
+
     @contextmanager
     def write_lock(self, namespace):
         self.locked.append(namespace)

@@ -22,12 +22,17 @@ def _share(root, start: int, count: int, word: str) -> None:
                                            f"{word} was measured twice.\n")
 
 
-@pytest.mark.slow  # ~1 minute: two Prefect ingests
-def test_an_ingest_takes_the_store_from_serve_and_searches_never_fail(prefect_api,
+@pytest.mark.slow  # ~1 minute: two ingests
+@pytest.mark.parametrize("way", ["flow", "plain"])
+def test_an_ingest_takes_the_store_from_serve_and_searches_never_fail(prefect_api, way,
                                                                       tmp_path) -> None:
+    """``flow``: the ingest is a flow run (PREFECT_API_URL); ``plain``: without an API, in
+    process (issue 42), the same handover."""
     root = tmp_path / "share"
     _share(root, 0, 40, "volcano")
-    env = serve_env(tmp_path / "home", prefect_api)
+    env = serve_env(tmp_path / "home", prefect_api if way == "flow" else None)
+    if way == "plain":
+        env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
     done = kbsync(env, "ingest", f"share={root}", "--json", timeout=600)
     assert done.returncode == 0, done.stderr
     sock = tmp_path / "kb.sock"

@@ -10,7 +10,8 @@ files, the locks, the pointer, the store. Before the fix the first member's inge
 Two real users made with ``useradd`` and a group with ``groupadd``, taking turns at the real
 ``kbsync ingest`` and ``kbsync search`` through ``runuser`` (the system Python 3.11 with this
 checkout's venv on its path: the venv's interpreter lies under root's private home). Each
-ingest starts Prefect's temporary server: slow tier. The names are fixed per module and the
+ingest runs in process (no PREFECT_API_URL; before issue 42 it started Prefect's temporary
+server): slow tier. The names are fixed per module and the
 module runs on one xdist worker (``--dist loadfile``).
 """
 
