@@ -18,7 +18,10 @@ citations), MQE and HyDE, evaluation and ``stats`` all ask it.
 Deciding every profile for a reader costs ~0.2 s at a few thousand profiles (reading them
 is most of it), far more than the search it narrows, so :func:`readable_ids` remembers the
 profiles of each state collection, and each reader's allowed ids, for as long as the number
-of profile records stays the same: one indexed count per search says whether it did. A
+of profile records stays the same: one indexed count says whether it did, read again after
+every write to the store (:mod:`kbsync.store.memo`; on a store without a revision, a Qdrant
+server or a relay reader, once per search). Which roots of a namespace are not captured yet
+is kept the same way. A
 record is added for each new profile, and a :data:`REVISION` record each time records were
 replaced, so every change of a profile changes the count and is read at the next search.
 The reader is part of the key with its groups as NSS gives them now, so a change of
@@ -49,6 +52,7 @@ from kbsync.models import SourceFile
 from kbsync.perms.reader import Reader
 from kbsync.perms.rule import UNREADABLE, Profile
 from kbsync.store.base import Match
+from kbsync.store.memo import remember
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +164,10 @@ _known_lock = threading.Lock()
 def readable_ids(states: StateStore, readers: Sequence[Reader]) -> tuple[str, ...]:
     """:func:`allowed_ids` of :func:`load_profiles`, remembered per store and state
     collection while its number of profile records is unchanged (module doc)."""
-    count = states.count_meta(PROFILE)  # before reading: a record added meanwhile reads again
+    # Before reading: a record added meanwhile reads again. Kept until the store is written
+    # (kbsync.store.memo; a store without a revision counts every time).
+    count = remember(states.store, ("profiles", states.collection),
+                     lambda: states.count_meta(PROFILE))
     key = tuple(readers)
     try:
         with _known_lock:
@@ -196,7 +203,8 @@ def access_condition(states: StateStore, namespace: str,
         readers.append(Reader.of_name(as_user))
     if all(r.is_root for r in readers):
         return None
-    missing = uncaptured_roots(states, namespace)
+    missing = remember(states.store, ("uncaptured", states.collection, namespace),
+                       lambda: tuple(uncaptured_roots(states, namespace)))
     if missing:
         if as_user is None:
             return None  # the owner's view of a store from before permissions, as it was

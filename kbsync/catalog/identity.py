@@ -48,6 +48,7 @@ from kbsync.models import RootSpec, display_path
 from kbsync.text.sparse import CURRENT, LEGACY, SPARSE_VERSION, SparseEncoder, encoder_for
 from kbsync.catalog.state import StateStore
 from kbsync.settings import Settings
+from kbsync.store.memo import remember
 
 if TYPE_CHECKING:  # the types only: importing this module stays as cheap as it was
     from kbsync.embed.base import Embedder
@@ -151,15 +152,25 @@ def check_query_embedder(store: VectorStore, service: Embedder, *,
 
     The state collection's name is :meth:`kbsync.settings.Settings.state_collection_of`.
 
+    The answer is kept per store object while the store has not been written
+    (:func:`kbsync.store.memo.remember`; a store without a revision reads it every time).
+
     Returns:
         The collection's sparse encoder (:func:`sparse_encoder`), to encode the query.
     """
     # A search must not wait a batch's retries for the dimension probe of a dead endpoint:
     # probed here within the query budget, check_embedder then reads the known value.
-    service.query_dimension()
-    stored = check_embedder(StateStore(store, Settings.state_collection_of(collection)), service,
-                            collection=collection)
-    return _encoder_of(stored, store, collection)  # the record read once per search
+    dimension = service.query_dimension()
+
+    def check() -> SparseEncoder:
+        stored = check_embedder(StateStore(store, Settings.state_collection_of(collection)),
+                                service, collection=collection)
+        return _encoder_of(stored, store, collection)
+
+    # Kept until the store is written (kbsync.store.memo): the record is read once, not
+    # once per search. A refusal is not kept: every search raises it again.
+    return remember(store, ("embedder", collection, service.provider, service.model, dimension),
+                    check)
 
 
 # -- root bindings ------------------------------------------------------------------------------

@@ -210,7 +210,9 @@ def stale_note(store: VectorStore, collection: str, flt: Filter,
                filters: SearchFilters) -> str | None:
     """A note when the namespace holds chunks that the folder/date filters cannot see.
 
-    ``flt`` is the namespace filter. Only a clean answer (no old chunk) is
+    ``flt`` is the namespace filter. On a store with a revision (the embedded one) the
+    count is kept until the store is written (:mod:`kbsync.store.memo`). Elsewhere only a
+    clean answer (no old chunk) is
     reused, for :data:`CLEAN_TTL_S` per store object, collection and namespace
     (the exact count is an indexed one, see :func:`count_old` and
     ``tests/bench/search_bench.py``); while old chunks are there every
@@ -220,6 +222,12 @@ def stale_note(store: VectorStore, collection: str, flt: Filter,
         return None
     from kbsync.catalog.schema import PAYLOAD_VERSION  # late: the CLI parser imports this module
 
+    from kbsync.store.memo import remember, revision_of
+
+    if revision_of(store) is not None:  # any answer holds until the store is written
+        old = remember(store, ("old chunks", collection, repr(flt)),
+                       lambda: count_old(store, collection, flt, PAYLOAD_VERSION))
+        return _stale_text(old) if old else None
     key = (id(store), collection, repr(flt))
     now = time.monotonic()
     with _clean_lock:
@@ -235,6 +243,10 @@ def stale_note(store: VectorStore, collection: str, flt: Filter,
         with _clean_lock:
             _clean[key] = (now, ref)
         return None
+    return _stale_text(old)
+
+
+def _stale_text(old: int) -> str:
     return (f"{old} chunks in this namespace were written before the path-prefix and "
             "modified-since filters existed and are left out by them: run `kbsync ingest` "
             "on their roots again (it rewrites them once; embeddings come from the cache)")

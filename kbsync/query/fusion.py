@@ -25,8 +25,8 @@ identically.
 
 from __future__ import annotations
 
+import math
 import re
-import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -89,10 +89,12 @@ def _normalised(points: Sequence[ScoredPoint]) -> dict[str, float]:
     if not points:
         return {}
     scores = [p.score for p in points[:FUSION_DEPTH]]
-    spread = 6 * statistics.pstdev(scores)
-    if spread <= 0:
+    # Plain floats: statistics.pstdev sums exact fractions (~0.3 ms a list, per search).
+    mean = math.fsum(scores) / len(scores)
+    spread = 6 * math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
+    if spread <= 0 or max(scores) == min(scores):  # equal scores: no spread, exactly
         return {p.id: 1.0 for p in points}
-    low = statistics.fmean(scores) - spread / 2
+    low = mean - spread / 2
     return {p.id: (p.score - low) / spread for p in points}
 
 

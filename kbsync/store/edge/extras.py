@@ -1,4 +1,5 @@
-"""The embedded adapter's methods beyond writes and searches: paging, sealing, optimizing,
+"""The embedded adapter's methods beyond writes and searches: paging, payloads by id, the
+revision (write counter) of :mod:`kbsync.store.memo`, sealing, optimizing,
 flushing, listing and dropping collections.
 
 Split from ``edge.py`` (which keeps the folder lock, the handles, writes and searches) as a
@@ -8,12 +9,13 @@ lock and reads pass its gate (:mod:`kbsync.store.edge.shard_gate`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import qdrant_edge as qe
 
@@ -27,8 +29,24 @@ from kbsync.store.base import DENSE, Filter, Point
 from kbsync.store.edge.query import errors as _errors
 from kbsync.store.edge.query import to_edge_filter
 from kbsync.store.edge.seal import Shard
+from kbsync.store.memo import Revision
 
 log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def writes(method: F) -> F:
+    """Count the call as a write in the store's :meth:`~EdgeExtras.revision` (begun before
+    the engine is touched, ended after it returned or failed)."""
+    @functools.wraps(method)
+    def counted(self: "EdgeExtras", *args: Any, **kwargs: Any) -> Any:
+        self._revision.begin()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._revision.end()
+    return counted  # type: ignore[return-value]
 
 
 def _vector_of(record: Any) -> list[float] | None:
@@ -44,6 +62,13 @@ class EdgeExtras:
     path: Path
     _lock: threading.Lock
     _shards: dict[str, Shard]
+    _revision: Revision
+
+    def revision(self) -> int | None:
+        """How many writes this store has started (``None`` while one is in flight): the
+        stamp of :mod:`kbsync.store.memo`. Complete, because this object holds the
+        folder's lock for its whole life: no other process writes these files meanwhile."""
+        return self._revision.value()
 
     def _folder(self, name: str) -> Path:
         raise NotImplementedError
@@ -99,6 +124,16 @@ class EdgeExtras:
                         vector=_vector_of(rec) if with_vectors else None) for rec in records]
         return points, None if following is None else str(following)
 
+    def payloads(self, name: str, ids: Sequence[str]) -> dict[str, dict]:
+        """The payloads of the points ``ids`` that exist, by id (``{}`` when missing)."""
+        checked = cv.check_ids(ids)
+        handle = self._get(name)
+        if handle is None or not checked:
+            return {}
+        with handle.gate.reading(name), _errors("retrieve", name):
+            records = handle.shard.retrieve(list(checked), with_payload=True, with_vector=False)
+        return {str(rec.id): rec.payload or {} for rec in records}
+
     # --- extras -------------------------------------------------------------
     def seal(self, name: str) -> dict:
         """Seal collection ``name``'s appendable segment if it holds ``SEAL_EVERY`` points or
@@ -150,6 +185,7 @@ class EdgeExtras:
         """Every collection in the store folder (a folder holding a shard config)."""
         return sorted(p.name for p in self.path.iterdir() if (p / eq.CONFIG_FILE).is_file())
 
+    @writes
     def drop_collection(self, name: str) -> None:
         """Close and delete collection ``name`` (missing: nothing happens)."""
         self._writable(f"dropping collection {name!r}")
@@ -173,6 +209,7 @@ class EdgeExtras:
             return []
         return seals.damage(name, folder)
 
+    @writes
     def set_aside_segments(self, name: str, damaged: list[seals.Damage], aside: Path
                            ) -> list[str]:
         """Move the segments of ``damaged`` out of collection ``name`` into

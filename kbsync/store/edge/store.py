@@ -50,7 +50,8 @@ from kbsync.store.edge import query as eq
 from kbsync.store.edge import seal as es
 from kbsync.store.edge.check import READ_ONLY_ERRNOS, read_only
 from kbsync.store.edge.readonly import PrivateCopies, refuse_write
-from kbsync.store.edge.extras import EdgeExtras
+from kbsync.store.edge.extras import EdgeExtras, writes
+from kbsync.store.memo import Revision
 from kbsync.store.edge.seal import Shard as _Shard
 from kbsync.models import SparseVec
 from kbsync.store.base import Filter, Point, ScoredPoint
@@ -97,6 +98,7 @@ class EdgeStore(EdgeExtras):
             StoreError: the folder cannot be created or locked.
         """
         self.path = Path(path)
+        self._revision = Revision()  # every write counted: see revision()
         self._shards: dict[str, _Shard] = {}
         self._lock = threading.Lock()  # guards _shards and _closed
         self._closed = False
@@ -200,6 +202,7 @@ class EdgeStore(EdgeExtras):
         return handle
 
     # --- VectorStore --------------------------------------------------------
+    @writes
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
         sparse: bool = False, bool_indexes: Sequence[str] = (),
@@ -255,6 +258,7 @@ class EdgeStore(EdgeExtras):
         handle = self._get(name)
         return None if handle is None else handle.dimension
 
+    @writes
     def upsert(self, name: str, points: Sequence[Point]) -> None:
         """Insert or replace points after validating the whole batch.
 
@@ -274,6 +278,7 @@ class EdgeStore(EdgeExtras):
                     handle.shard.update(qe.UpdateOperation.upsert_points(batch))
                 es.after_upsert(handle, name, self._folder(name), len(batch), _FLUSH_EVERY)
 
+    @writes
     def delete_ids(self, name: str, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids and a missing collection are ignored."""
         checked = cv.check_ids(ids)
@@ -284,6 +289,7 @@ class EdgeStore(EdgeExtras):
         with handle.lock, _errors("delete ids", name):
             handle.shard.update(qe.UpdateOperation.delete_points(list(checked)))
 
+    @writes
     def delete(self, name: str, flt: Filter) -> None:
         """Delete every point matching ``flt``.
 
@@ -298,6 +304,7 @@ class EdgeStore(EdgeExtras):
         with handle.lock, _errors("delete", name):
             handle.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
 
+    @writes
     def set_payload(self, name: str, flt: Filter, payload: dict[str, Any]) -> None:
         """Set ``payload``'s keys on every point matching ``flt`` (``UsageError``: no
         conditions). The engine moves an updated point out of a sealed segment (copy on
@@ -370,16 +377,6 @@ class EdgeStore(EdgeExtras):
                                     with_payload=with_payload)
         with handle.gate.reading(name), _errors("sparse search", name):
             return eq.to_scored(handle.shard.query(request), name)
-
-    def payloads(self, name: str, ids: Sequence[str]) -> dict[str, dict]:
-        """The payloads of the points ``ids`` that exist, by id (``{}`` when missing)."""
-        checked = cv.check_ids(ids)
-        handle = self._get(name)
-        if handle is None or not checked:
-            return {}
-        with handle.gate.reading(name), _errors("retrieve", name):
-            records = handle.shard.retrieve(list(checked), with_payload=True, with_vector=False)
-        return {str(rec.id): rec.payload or {} for rec in records}
 
     def _sparse_handle(self, name: str) -> _Shard | None:
         handle = self._get(name)
