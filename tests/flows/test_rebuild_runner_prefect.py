@@ -92,12 +92,17 @@ def test_the_flow_and_the_plain_call_give_one_report(prefect_api, live_kb, tmp_p
     assert active_pointer(settings.home)["active"] == "kbsync__r1"
     assert active_pointer(twin)["active"] == "kbsync__r1"
     tasks, children = _runs(state.state_details.flow_run_id)
-    # Each step a task of the flow run; each shadow ingest's root an ingest-root subflow,
-    # tagged as the build or the replay.
+    # Each step a task of the flow run; each shadow ingest's root with work to do an
+    # ingest-root subflow tagged as the build. The replay finds the share unchanged since
+    # the build: a root with nothing to write runs in the flow run itself (issue 42), no
+    # subflow, and its counts are in the report.
     assert {"check-before-build", "prepare-shadow", "evaluate-live", "evaluate-shadow",
             "state-check", "swap"} <= tasks and "discard-shadow" not in tasks
     assert sorted(tuple(sorted({"shadow", "replay"} & set(c.tags))) for c in children) == [
-        ("replay",), ("shadow",)]
+        ("shadow",)]
+    replay = report["replay"]["default"]
+    assert replay["unchanged"] == replay["files_seen"] > 0
+    assert replay["added"] == replay["updated"] == replay["deleted"] == 0
     assert all({"namespace:default", "root:share"} <= set(c.tags) for c in children)
 
 
