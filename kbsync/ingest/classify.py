@@ -7,7 +7,7 @@ size and mtime (no hashing) or, failing that, the same content hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import AbstractSet, Mapping, Sequence
 
 from kbsync.catalog.state import OCR_OFF, REPAIR_FINGERPRINT, expected_fingerprint
@@ -129,4 +129,4 @@ def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
 
 
 def _with_hash(source: SourceFile, content_hash: str) -> SourceFile:
-    return replace(source, content_hash=content_hash)
+    return source.with_hash(content_hash)
