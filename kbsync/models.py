@@ -253,13 +253,14 @@ class DocState:
         file: 100,000 in a no-op sync of that many); any other (an older record without the
         optional fields, a status no member has) the general one, whose errors it raises.
         """
-        try:
-            return cls(payload["doc_id"], _interned(payload["namespace"]),
-                       _interned(payload["root"]), payload["path"], payload["content_hash"],
-                       _interned(payload["fingerprint"]), payload["chunk_count"],
-                       _STATUSES[payload["status"]], payload["updated_at"],
-                       _interned(payload["run_id"]), payload["size"], payload["mtime_ns"],
-                       payload["scanned_pages"], _interned(payload["access"]))
+        intern, access = sys.intern, payload.get("access")
+        try:  # a TypeError: a value intern refuses (not a string), left to the general way
+            return cls(payload["doc_id"], intern(payload["namespace"]), intern(payload["root"]),
+                       payload["path"], payload["content_hash"], intern(payload["fingerprint"]),
+                       payload["chunk_count"], _STATUSES[payload["status"]],
+                       payload["updated_at"], intern(payload["run_id"]), payload["size"],
+                       payload["mtime_ns"], payload["scanned_pages"],
+                       intern(access) if type(access) is str else access)
         except (KeyError, TypeError):
             return cls._from_any_payload(payload)
 
@@ -280,12 +281,6 @@ _STATE_FIELDS = tuple(DocState.__dataclass_fields__)
 _SHARED_FIELDS = ("namespace", "root", "fingerprint", "run_id", "access")
 """DocState fields whose values most records share: interned on load."""
 _STATUSES = {status.value: status for status in DocStatus}
-
-
-def _interned(value: Any) -> Any:
-    """``value`` interned when it is a string (one string per value, not one per record:
-    a plan loads every record of a root)."""
-    return sys.intern(value) if type(value) is str else value
 
 
 @dataclass(frozen=True)
