@@ -100,7 +100,7 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
             stack.pop()
             continue
         kind, entry, rel = item
-        listing, chain, folder_rel, folder = stack[-1]
+        _, chain, folder_rel, folder = stack[-1]
         path = _child(folder, entry.name)
         if kind == "dir":
             stack.append((_listing(result, path, rel, visited, after),
