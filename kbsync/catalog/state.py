@@ -186,16 +186,22 @@ class StateStore:
             "chunks": chunks})
         return True
 
+    def forget_chunk_totals(self, namespace: str, root: str | None = None) -> None:
+        """Delete the :data:`CHUNK_TOTAL` record of ``root`` (every root's: ``None``) of
+        ``namespace``: what a removal of their records by filter does first."""
+        self._forget_totals(namespace=namespace, root=root)
+
     def _forget_totals(self, pairs: Iterable[tuple[str, str]] = (), *,
-                       namespace: str | None = None) -> None:
+                       namespace: str | None = None, root: str | None = None) -> None:
         """Delete the :data:`CHUNK_TOTAL` records of ``pairs`` (namespace, root), or of
-        every root of ``namespace``: before any write to those roots' records, so a crash
-        after it leaves no total at all, never a stale one."""
+        ``root`` (every root: ``None``) of ``namespace``: before any write to those roots'
+        records, so a crash after it leaves no total at all, never a stale one."""
         if self._store.collection_dimension(self._collection) is None:
             return
         if namespace is not None:
             self._store.delete(self._collection, Filter.where(
-                doc_id=f"<kbsync:{CHUNK_TOTAL}>", total_namespace=namespace))
+                doc_id=f"<kbsync:{CHUNK_TOTAL}>", total_namespace=namespace,
+                **({"total_root": root} if root is not None else {})))
         ids = [self.meta_id(CHUNK_TOTAL, pair) for pair in set(pairs)]
         if ids:
             self._store.delete_ids(self._collection, ids)

@@ -124,3 +124,16 @@ def test_drift_is_still_found_with_a_kept_total(runtime, indexed):
     # the repaired run keeps the new total again
     assert (_kept(runtime)[0]["documents"], _kept(runtime)[0]["chunks"]) == \
         runtime.states.chunk_total("default", "share", kept=False)
+
+
+def test_removing_a_root_forgets_its_total_only(runtime, indexed, tmp_path):
+    from kbsync.ingest.remove import Target, remove
+
+    other = tmp_path / "other"
+    write_tree(other, {"x.md": "# X\n\nexes"})
+    assert _ingest(runtime, other, "other").added == 1
+    assert _kept(runtime) and _kept(runtime, "other")
+    remove(runtime.store, collection=runtime.collection,
+           state_collection=runtime.states.collection, target=Target("default", "share"))
+    assert _kept(runtime) == [] and _kept(runtime, "other")
+    assert runtime.states.chunk_total("default", "share") == (0, 0)
