@@ -141,6 +141,14 @@ class SourceFile:
     access: str | None = None
     access_grants: tuple[str, ...] = ()
 
+    def with_hash(self, content_hash: str) -> "SourceFile":
+        """A copy carrying ``content_hash`` (``dataclasses.replace`` costs 10 times more, and
+        a plan makes one a file); tests/ingest/test_plan_fast_paths.py checks that it copies
+        every other field."""
+        return SourceFile(self.doc_id, self.root, self.path, self.rel_path, self.size,
+                          self.mtime_ns, content_hash, self.root_path, self.access,
+                          self.access_grants)
+
     @property
     def display(self) -> str:
         """``path`` as valid UTF-8 (:func:`display_path`): what payloads and records store.
@@ -239,7 +247,25 @@ class DocState:
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> "DocState":
-        """Inverse of :meth:`to_payload`; unknown keys are ignored."""
+        """Inverse of :meth:`to_payload`; unknown keys are ignored.
+
+        A record as :meth:`to_payload` writes it takes the direct way (a plan reads one a
+        file: 100,000 in a no-op sync of that many); any other (an older record without the
+        optional fields, a status no member has) the general one, whose errors it raises.
+        """
+        intern, access = sys.intern, payload.get("access")
+        try:  # a TypeError: a value intern refuses (not a string), left to the general way
+            return cls(payload["doc_id"], intern(payload["namespace"]), intern(payload["root"]),
+                       payload["path"], payload["content_hash"], intern(payload["fingerprint"]),
+                       payload["chunk_count"], _STATUSES[payload["status"]],
+                       payload["updated_at"], intern(payload["run_id"]), payload["size"],
+                       payload["mtime_ns"], payload["scanned_pages"],
+                       intern(access) if type(access) is str else access)
+        except (KeyError, TypeError):
+            return cls._from_any_payload(payload)
+
+    @classmethod
+    def _from_any_payload(cls, payload: dict[str, Any]) -> "DocState":
         names = cls.__dataclass_fields__.keys()
         data = {k: payload[k] for k in names if k in payload}
         data["status"] = DocStatus(data.get("status", DocStatus.OK.value))
@@ -254,6 +280,7 @@ _STATE_FIELDS = tuple(DocState.__dataclass_fields__)
 
 _SHARED_FIELDS = ("namespace", "root", "fingerprint", "run_id", "access")
 """DocState fields whose values most records share: interned on load."""
+_STATUSES = {status.value: status for status in DocStatus}
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,15 @@ import hashlib
 import json
 import uuid
 from datetime import datetime, timezone
+# a string as json.dumps spells it (ensure_ascii), without building an encoder each time
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kbsync.models import DocState, DocStatus
 from kbsync.store.base import Filter, Match, Point, VectorStore
 
 STATE_NAMESPACE = uuid.UUID("6f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f")
+_STATE_NAMESPACE_BYTES = STATE_NAMESPACE.bytes
 STATE_VECTOR = [1.0]
 REPAIR_FINGERPRINT = "repair-requested"
 """Fingerprint ``kbsync verify --repair`` gives a drifted document's record: it matches no
@@ -31,6 +34,17 @@ META_KEY = "meta"
 embedder identity: see :mod:`kbsync.catalog.identity`). They have no ``namespace`` key, so every
 namespace-filtered read skips them; whoever scrolls the whole collection skips
 :func:`is_meta` payloads."""
+
+CHUNK_TOTAL = "chunk-total"
+"""Meta kind holding a (namespace, root)'s ``documents`` and summed ``chunk_count``, so a
+run's store check (:func:`kbsync.catalog.checks.check_root`) need not read every record.
+
+Invariant: a root's record exists only while its sum is that of the root's records. Every
+write of document records through this class deletes the totals of their roots first
+(:meth:`StateStore.commit`, :meth:`StateStore.remove`), a root's run writes it anew after
+its last commit (:meth:`StateStore.keep_chunk_total`), and a reader trusts it only while
+the root's records number its ``documents`` (a removal by filter), and only to confirm a
+match (:meth:`StateStore.chunk_total`)."""
 
 
 def is_meta(payload: Mapping[str, Any]) -> bool:
@@ -125,25 +139,72 @@ class StateStore:
         json.dumps([namespace, doc_id]))``, spelled out (a plan slice asks for thousands, and
         ``uuid.uuid5`` builds two objects each; tests/catalog/test_state.py checks it is the
         same)."""
-        digest = bytearray(hashlib.sha1(STATE_NAMESPACE.bytes + json.dumps(
-            [namespace, doc_id]).encode("utf-8")).digest()[:16])
+        digest = bytearray(hashlib.sha1(_STATE_NAMESPACE_BYTES + (
+            f"[{_json_str(namespace)}, {_json_str(doc_id)}]").encode("utf-8")).digest()[:16])
         digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
         digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
         hex_ = digest.hex()
         return f"{hex_[:8]}-{hex_[8:12]}-{hex_[12:16]}-{hex_[16:20]}-{hex_[20:]}"
 
-    def chunk_total(self, namespace: str, root: str) -> tuple[int, int]:
+    def chunk_total(self, namespace: str, root: str, *, kept: bool = True) -> tuple[int, int]:
         """``(documents, chunks)``: how many document records ``root`` has and the sum of
-        their ``chunk_count``, the records streamed past (none held or parsed whole)."""
-        documents = chunks = 0
+        their ``chunk_count``.
+
+        With ``kept``, the :data:`CHUNK_TOTAL` record of the root when there is one and the
+        root's records still number its ``documents`` (one meta read, one index count);
+        otherwise (and without ``kept``) the records are streamed past, none held or parsed
+        whole. A kept total is trusted to confirm a match only: a caller whose check fails
+        on it asks again with ``kept=False`` before it reports drift.
+        """
         if self._store.collection_dimension(self._collection) is None:
             return 0, 0
-        for point in self._store.scroll(self._collection, Filter.where(namespace=namespace,
-                                                                       root=root)):
+        flt = Filter.where(namespace=namespace, root=root)
+        if kept:
+            for record in self.read_meta(CHUNK_TOTAL, total_namespace=namespace,
+                                         total_root=root):
+                if record.get("documents") == self._store.count(self._collection, flt):
+                    return int(record["documents"]), int(record["chunks"])
+        documents = chunks = 0
+        for point in self._store.scroll(self._collection, flt):
             if not is_meta(point.payload):
                 documents += 1
                 chunks += int(point.payload.get("chunk_count") or 0)
         return documents, chunks
+
+    def keep_chunk_total(self, namespace: str, root: str) -> bool:
+        """Write the :data:`CHUNK_TOTAL` record of ``root`` when it has none (counted from
+        its records); True when one was written. Call it only when no write to the root's
+        records is in flight (a root's run, after its last commit): a commit between the
+        count and the write would leave a stale total."""
+        if self._store.collection_dimension(self._collection) is None:
+            return False
+        if self.read_meta(CHUNK_TOTAL, total_namespace=namespace, total_root=root):
+            return False
+        documents, chunks = self.chunk_total(namespace, root, kept=False)
+        self.write_meta(CHUNK_TOTAL, (namespace, root), {
+            "total_namespace": namespace, "total_root": root, "documents": documents,
+            "chunks": chunks})
+        return True
+
+    def forget_chunk_totals(self, namespace: str, root: str | None = None) -> None:
+        """Delete the :data:`CHUNK_TOTAL` record of ``root`` (every root's: ``None``) of
+        ``namespace``: what a removal of their records by filter does first."""
+        self._forget_totals(namespace=namespace, root=root)
+
+    def _forget_totals(self, pairs: Iterable[tuple[str, str]] = (), *,
+                       namespace: str | None = None, root: str | None = None) -> None:
+        """Delete the :data:`CHUNK_TOTAL` records of ``pairs`` (namespace, root), or of
+        ``root`` (every root: ``None``) of ``namespace``: before any write to those roots'
+        records, so a crash after it leaves no total at all, never a stale one."""
+        if self._store.collection_dimension(self._collection) is None:
+            return
+        if namespace is not None:
+            self._store.delete(self._collection, Filter.where(
+                doc_id=f"<kbsync:{CHUNK_TOTAL}>", total_namespace=namespace,
+                **({"total_root": root} if root is not None else {})))
+        ids = [self.meta_id(CHUNK_TOTAL, pair) for pair in set(pairs)]
+        if ids:
+            self._store.delete_ids(self._collection, ids)
 
     def load(self, namespace: str, root: str | None = None) -> dict[str, DocState]:
         """Every record of ``namespace`` (and ``root`` when given), keyed by doc_id."""
@@ -170,13 +231,13 @@ class StateStore:
         scroll per ``per_query`` doc_ids."""
         if not doc_ids or self._store.collection_dimension(self._collection) is None:
             return {}
-        fetch = getattr(self._store, "payloads", None)
+        fetch = getattr(self._store, "payload_list", None)
         found: dict[str, DocState] = {}
         for start in range(0, len(doc_ids), per_query):
             wanted = tuple(doc_ids[start:start + per_query])
             if fetch is not None:
                 payloads = fetch(self._collection, [self.record_id(namespace, d) for d in wanted])
-                records = [p for p in payloads.values() if p.get("namespace") == namespace]
+                records = [p for p in payloads if p.get("namespace") == namespace]
             else:
                 flt = Filter.where(namespace=namespace).and_also(Match("doc_id", any_of=wanted))
                 records = [p.payload for p in self._store.scroll(self._collection, flt)]
@@ -198,6 +259,7 @@ class StateStore:
         if not states:
             return
         self._ensure()
+        self._forget_totals((s.namespace, s.root) for s in states)
         self._store.upsert(self._collection, [
             Point(id=self.record_id(s.namespace, s.doc_id), payload=s.to_payload(),
                   vector=STATE_VECTOR) for s in states])
@@ -220,10 +282,15 @@ class StateStore:
             return 0
         return self._store.count(self._collection, Filter.where(doc_id=f"<kbsync:{kind}>"))
 
+    @staticmethod
+    def meta_id(kind: str, key: Sequence[str]) -> str:
+        """The point id of the meta record ``(kind, *key)``."""
+        return str(uuid.uuid5(STATE_NAMESPACE, json.dumps([META_KEY, kind, *key])))
+
     def write_meta(self, kind: str, key: Sequence[str], payload: Mapping[str, Any]) -> None:
         """Insert or replace the meta record ``(kind, *key)``."""
         self._ensure()
-        point_id = str(uuid.uuid5(STATE_NAMESPACE, json.dumps([META_KEY, kind, *key])))
+        point_id = self.meta_id(kind, key)
         record = {**payload, META_KEY: kind, "doc_id": f"<kbsync:{kind}>"}
         self._store.upsert(self._collection, [Point(id=point_id, payload=record,
                                                     vector=STATE_VECTOR)])
@@ -241,6 +308,7 @@ class StateStore:
         """Delete records (after the documents' points are gone)."""
         ids = [self.record_id(namespace, d) for d in doc_ids]
         if ids and self._store.collection_dimension(self._collection) is not None:
+            self._forget_totals(namespace=namespace)  # a doc_id does not name its root
             self._store.delete_ids(self._collection, ids)
 
     def namespaces(self) -> dict[str, dict[str, int]]:

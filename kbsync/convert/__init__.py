@@ -80,7 +80,8 @@ def is_supported(path: Path, *, ocr: bool = False) -> bool:
     Raises:
         OSError: an extensionless file that exists but cannot be read.
     """
-    path = Path(path)
+    if not isinstance(path, Path):  # the walk's are Paths already: not parsed again
+        path = Path(path)
     ext = path.suffix.lower()
     if not ext:
         return is_text_file(path)

@@ -7,7 +7,7 @@ size and mtime (no hashing) or, failing that, the same content hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import AbstractSet, Mapping, Sequence
 
 from kbsync.catalog.state import OCR_OFF, REPAIR_FINGERPRINT, expected_fingerprint
@@ -87,24 +87,28 @@ def plan_files(
     """
     plan = Plan()
     seen: set[str] = set()
+    items, get = plan.items, states.get  # once, not once a file (100,000 in a no-op)
     for source in files:
         seen.add(source.doc_id)
-        previous = states.get(source.doc_id)
-        repairing = previous is not None and (source.doc_id in repair
-                                              or previous.fingerprint == REPAIR_FINGERPRINT)
-        same_settings = (previous is not None and not force and not repairing
-                         and previous.fingerprint == expected_fingerprint(previous, fingerprint,
-                                                                          ocr_key))
-        if (same_settings and previous is not None
-                and (previous.size, previous.mtime_ns) == (source.size, source.mtime_ns)):
-            source = _with_hash(source, previous.content_hash)  # stat check: not read
+        previous = get(source.doc_id)
+        if previous is None:
+            hashed = _hashed(source, plan)
+            if hashed is not None:
+                items.append(PlanItem(PlanAction.NEW, hashed, None))
+            continue
+        repairing = source.doc_id in repair or previous.fingerprint == REPAIR_FINGERPRINT
+        same_settings = (not force and not repairing and previous.fingerprint
+                         == expected_fingerprint(previous, fingerprint, ocr_key))
+        if (same_settings and previous.size == source.size
+                and previous.mtime_ns == source.mtime_ns):
+            source = source.with_hash(previous.content_hash)  # stat check: not read
         else:
             hashed = _hashed(source, plan)
             if hashed is None:
                 continue
             source = hashed
         action = classify(previous, source.content_hash, same_settings=same_settings)
-        plan.items.append(PlanItem(action, source, previous, repair=repairing))
+        items.append(PlanItem(action, source, previous, repair=repairing))
     for doc_id in sorted(set(states) - seen):
         plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
     return plan
@@ -125,8 +129,4 @@ def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:
         plan.failures.append(Failure(source.doc_id, source.display, exc.kind, str(exc)))
         return None
     plan.hashed += 1
-    return _with_hash(source, digest)
-
-
-def _with_hash(source: SourceFile, content_hash: str) -> SourceFile:
-    return replace(source, content_hash=content_hash)
+    return source.with_hash(digest)

@@ -113,6 +113,8 @@ def remove(store: VectorStore, *, collection: str, state_collection: str,
     if removed.chunks:
         store.delete(collection, flt)
     if removed.documents:
+        # the kept chunk totals first: a crash between leaves none, never a stale one
+        StateStore(store, state_collection).forget_chunk_totals(target.namespace, target.root)
         store.delete(state_collection, flt)
     if removed.root_bindings:
         store.delete(state_collection, bindings_filter(target))

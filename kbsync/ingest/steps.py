@@ -173,12 +173,15 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> tuple[int, 
     """Refresh unchanged files' stat records and permissions; delete the documents the plan
     deletes (its last slice's ``to_delete``); after the root's last slice of a run that
     looked at all of it, record that its documents carry their permissions
-    (:func:`kbsync.catalog.access.mark_captured`). Returns ``(deleted,
-    permissions_updated)``."""
+    (:func:`kbsync.catalog.access.mark_captured`), and keep its chunk total for the next
+    run's check (:meth:`kbsync.catalog.state.StateStore.keep_chunk_total`). Returns
+    ``(deleted, permissions_updated)``."""
     moved = room.finish_unchanged(rp, ctx, namespace)
     deleted = room.delete_missing(rp, ctx, namespace)
     if rp.cursor is None and not rp.filtered and not _captured(ctx, namespace, rp.root.name):
         mark_captured(ctx.states, namespace, rp.root.name)  # once: a no-op writes nothing
+    if rp.cursor is None:  # after the root's last commit; a no-op finds it kept
+        ctx.states.keep_chunk_total(namespace, rp.root.name)
     return deleted, moved
 
 

@@ -90,24 +90,36 @@ def iter_files(result: Discovery, rules: WalkRules, *, after: str | None = None,
     visited = set() if visited is None else visited
     # Each listing with the x grants of its folder and every folder above it (to "/"):
     # what a reader must pass to reach its files. None: one could not be read.
-    # (and the folder's path relative to the root: profiles are per folder, rule.Profile)
-    stack = [(_listing(result, root.path, "", visited, after), _root_chain(root.path), "")]
+    # (and the folder's path relative to the root: profiles are per folder, rule.Profile;
+    # and the folder itself, whose entries' paths are made from it without parsing)
+    stack = [(_listing(result, root.path, "", visited, after), _root_chain(root.path), "",
+              root.path)]
     while stack:
         item = next(stack[-1][0], None)
         if item is None:
             stack.pop()
             continue
-        kind, path, rel = item
+        kind, entry, rel = item
+        _, chain, folder_rel, folder = stack[-1]
+        path = _child(folder, entry.name)
         if kind == "dir":
-            chain = stack[-1][1]
             stack.append((_listing(result, path, rel, visited, after),
-                          None if chain is None else _folder_chain(path, chain), rel))
+                          None if chain is None else _folder_chain(path, chain), rel, path))
             continue
         if filtered_out(rel, rules):
             continue
-        source = _file(result, path, rel, rules.accept, stack[-1][1], stack[-1][2])
+        source = _file(result, entry, path, rel, rules.accept, chain, folder_rel)
         if source is not None:
             yield source
+
+
+def _child(folder: Path, name: str) -> Path:
+    """``folder / name``, ``name`` being one entry's name, without parsing it again: the
+    walk makes one of these a file (100,000 ``Path(str)`` cost a no-op sync of that many
+    files about a second). ``_make_child_relpath`` is pathlib's own shortcut for walking
+    (private: where a Python lacks it, the plain join)."""
+    make = getattr(folder, "_make_child_relpath", None)
+    return make(name) if make is not None else folder / name
 
 
 def _root_chain(root: Path) -> tuple[str, ...] | None:
@@ -131,8 +143,8 @@ def _folder_chain(folder: Path, above: tuple[str, ...]) -> tuple[str, ...] | Non
 
 
 def _listing(result: Discovery, directory: Path, rel_dir: str, visited: set[tuple[int, int]],
-             after: str | None) -> Iterator[tuple[str, Path, str]]:
-    """A directory's entries to walk, in key order, as ``(kind, path, rel)``; entries whose
+             after: str | None) -> Iterator[tuple[str, os.DirEntry, str]]:
+    """A directory's entries to walk, in key order, as ``(kind, entry, rel)``; entries whose
     files all sort at or before ``after`` are left out unread."""
     on_path = after is not None and (not rel_dir or after.startswith(rel_dir + "/"))
     entries = _entries(result, directory, rel_dir, visited, resumed=on_path)
@@ -171,7 +183,7 @@ def _one_folder_per_key(result: Discovery, keyed: list) -> list:
     return kept
 
 
-def _classified(result: Discovery, keyed: list) -> Iterator[tuple[str, Path, str]]:
+def _classified(result: Discovery, keyed: list) -> Iterator[tuple[str, os.DirEntry, str]]:
     """The keyed entries classified one at a time, as the walk reaches each."""
     for _key, entry, rel in keyed:
         item = _classify(entry, result, rel)
@@ -218,32 +230,34 @@ def _looks_like_dir(entry: os.DirEntry) -> bool:
         return False
 
 
-def _classify(entry: os.DirEntry, result: Discovery, rel: str) -> tuple[str, Path, str] | None:
-    """``("dir"|"file", path, rel)`` for an entry to walk, or ``None`` to skip it."""
-    path = Path(entry.path)
+def _classify(entry: os.DirEntry, result: Discovery, rel: str
+              ) -> tuple[str, os.DirEntry, str] | None:
+    """``("dir"|"file", entry, rel)`` for an entry to walk, or ``None`` to skip it."""
     try:
         if entry.is_symlink():
-            target = path.resolve()
+            target = Path(entry.path).resolve()
             if not _within(target, result.root.path):
-                problem(result, rel, path, ErrorCode.SymlinkOutsideRoot,
+                problem(result, rel, Path(entry.path), ErrorCode.SymlinkOutsideRoot,
                         f"symlink points outside the root to {target}")
                 return None
         is_dir = entry.is_dir()  # follows symlinks, which are inside the root here
         is_file = entry.is_file()
     except (OSError, RuntimeError) as exc:  # RuntimeError: resolve() on a loop
-        problem(result, rel, path, ErrorCode.UnreadableEntry, exc)
+        problem(result, rel, Path(entry.path), ErrorCode.UnreadableEntry, exc)
         return None
     if is_dir:
-        return "dir", path, rel
+        return "dir", entry, rel
     if is_file:
-        return "file", path, rel
+        return "file", entry, rel
     return None  # sockets, fifos, devices, dangling links
 
 
-def _file(result: Discovery, path: Path, rel: str, accept,
+def _file(result: Discovery, entry: os.DirEntry, path: Path, rel: str, accept,
           chain: tuple[str, ...] | None, folder: str) -> SourceFile | None:
-    """The file at ``path`` with its size, mtime and permission profile (its ``r`` grant
-    under ``chain``, the folders' ``x`` grants), or ``None`` (ignored, or a problem)."""
+    """The file ``entry`` (at ``path``) with its size, mtime and permission profile (its
+    ``r`` grant under ``chain``, the folders' ``x`` grants), or ``None`` (ignored, or a
+    problem). Its stat is the entry's (links followed, as ``Path.stat``), its ACL read by
+    the entry's path string."""
     try:
         accepted = accept(path)  # reads the first bytes of a file without an extension
     except OSError as exc:
@@ -253,20 +267,20 @@ def _file(result: Discovery, path: Path, rel: str, accept,
         result.ignored.append(rel)
         return None
     try:
-        info = path.stat()
+        info = entry.stat()
     except OSError as exc:
         problem(result, rel, path, ErrorCode.PermissionDenied, exc)
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
     root = result.root
-    profile = _profile(result, path, info, chain, folder, f"{root.name}/{rel}")
+    profile = _profile(result, entry.path, info, chain, folder, f"{root.name}/{rel}")
     return SourceFile(doc_id=f"{root.name}/{rel}", root=root.name, path=path, rel_path=rel,
                       size=info.st_size, mtime_ns=info.st_mtime_ns, root_path=root.path,
                       access=profile.id, access_grants=profile.grants)
 
 
-def _profile(result: Discovery, path: Path, info: os.stat_result,
+def _profile(result: Discovery, path: str, info: os.stat_result,
              chain: tuple[str, ...] | None, folder: str, doc_id: str) -> Profile:
     """The file's profile (one per file grant in ``folder``, relative to the root: the
     walk's own string, so a profile costs no string per file); :data:`UNREADABLE` (root

