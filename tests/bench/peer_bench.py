@@ -1,7 +1,8 @@
 """First ingest of a real share: kbsync beside LangChain's ``index()``, in one run.
 
     python tests/bench/peer_bench.py [--share octave-html:300] [--repeat 1]
-        [--kbsync LABEL=DIR ...] [--work DIR] [--peer-venv DIR]
+        [--kbsync LABEL=DIR ...] [--work DIR] [--peer bs4-memory|markitdown-qdrant]
+        [--peer-venv DIR] [--noop] [--running-server]
 
 Both sides get the same files (a deterministic subset of a Debian documentation package,
 tests/realshares.py; never a held-out package) and embed with a deterministic hashing
@@ -11,21 +12,25 @@ embedder of kbsync's ``hash`` dimension (384), so neither side pays for a model:
   on lxml: HTML to plain text), ``RecursiveCharacterTextSplitter`` (2,000 characters, 200
   overlap), an ``SQLRecordManager`` on SQLite (file), ``InMemoryVectorStore``, and a hashing
   embedder written like kbsync's (blake2b buckets, sublinear term weights, L2 norm),
-  ``cleanup="incremental"``, batches of 100. It runs in its own virtualenv
+  ``cleanup="incremental"``, batches of 100 (``--peer bs4-memory``, the default). ``--peer
+  markitdown-qdrant`` is issue 42's peer instead: MarkItDown for the HTML and a
+  ``QdrantVectorStore`` on qdrant-client's local mode on disk. It runs in its own virtualenv
   (``~/.cache/kbsync-peer-venv``, created and filled with pinned versions on first use: the
   project's venv is not touched). Its wall time counts the interpreter start and imports, as
   kbsync's does.
 * **kbsync**: ``kbsync ingest SHARE --json`` in a child process, every default but
-  ``KBSYNC_EMBED_PROVIDER=hash`` and a fresh ``KBSYNC_HOME``: the temporary Prefect server,
-  isolated conversion, the embedded store written to disk. ``--kbsync LABEL=DIR``
+  ``KBSYNC_EMBED_PROVIDER=hash`` and a fresh ``KBSYNC_HOME``: no Prefect API (the runner in
+  process; ``--running-server`` adds runs against a ``prefect server start``), isolated conversion, the embedded store written to disk. ``--kbsync LABEL=DIR``
   (repeatable) runs the kbsync of other checkouts instead of this tree's (e.g. ``git
   worktree``s of two commits, for a before/after in the same run, safe from edits in
   progress here); ``LABEL=.`` is this tree.
 
-``--noop`` also times a no-op re-run after each kbsync first ingest. Printed: wall seconds of each side, the ratio kbsync/peer (target <= 0.5), chunks, and
+``--noop`` also times a no-op re-run after each first ingest, of both sides (the peer's with its
+record manager kept). Printed: wall seconds of each side, the ratio to the peer's same step
+(first ingest: target <= 0.5; no-op: <= 0.05, issue 42), chunks, and
 kbsync's own ``duration_s`` and ``stage_s`` (seconds per stage, summed over batches, which
 overlap) from its JSON summary; what is left of the wall time outside ``duration_s`` is the
-CLI's start, the temporary Prefect server and the shutdown. Not collected by pytest.
+CLI's start, imports (and with a server, the flow run's records) and the shutdown. Not collected by pytest.
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ PEER_VENV = Path.home() / ".cache" / "kbsync-peer-venv"
 PEER_PACKAGES = ("langchain-core==1.8.1", "langchain-community==0.4.2", "langchain-classic==1.0.8",
                  "langchain-text-splitters==1.1.3", "beautifulsoup4==4.15.0", "lxml==6.1.3",
                  "SQLAlchemy==2.1.9", "greenlet==3.5.6")
+PEER_EXTRA = {"bs4-memory": (), "markitdown-qdrant": (
+    "markitdown==0.1.9", "langchain-qdrant==1.1.0", "qdrant-client==1.20.0")}
+"""Packages beyond PEER_PACKAGES per ``--peer`` flavor: ``bs4-memory`` (BeautifulSoup loader,
+in-memory store: the cheapest LangChain setup), ``markitdown-qdrant`` (MarkItDown, Qdrant's local
+mode on disk: issue 42's peer). Each flavor has its own virtualenv."""
 DIMENSION = 384  # kbsync's hash provider
 
 PEER_SCRIPT = r'''
@@ -64,6 +74,13 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_classic.indexes import SQLRecordManager
 from langchain_community.document_loaders import BSHTMLLoader
 from langchain_text_splitters import RecursiveCharacterTextSplitter
+flavor = sys.argv[4] if len(sys.argv) > 4 else "bs4-memory"
+if flavor == "markitdown-qdrant":  # the issue's peer: MarkItDown, Qdrant's local mode on disk
+    from langchain_core.documents import Document
+    from langchain_qdrant import QdrantVectorStore
+    from markitdown import MarkItDown
+    from qdrant_client import QdrantClient
+    from qdrant_client.models import Distance, VectorParams
 t_import = time.perf_counter() - t0
 
 TOKEN = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+)|([^\W_]+)")
@@ -100,9 +117,15 @@ share, db, dimension = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 t = time.perf_counter()
 files = sorted(p for p in share.rglob("*") if p.is_file() and p.suffix.lower() in (".html", ".htm"))
 docs = []
-for path in files:
-    docs.extend(BSHTMLLoader(str(path), open_encoding="utf-8",
-                             bs_kwargs={"features": "lxml"}).load())
+if flavor == "markitdown-qdrant":
+    converter = MarkItDown()
+    for path in files:
+        docs.append(Document(page_content=converter.convert(str(path)).text_content,
+                             metadata={"source": str(path)}))
+else:
+    for path in files:
+        docs.extend(BSHTMLLoader(str(path), open_encoding="utf-8",
+                                 bs_kwargs={"features": "lxml"}).load())
 t_load = time.perf_counter() - t
 t = time.perf_counter()
 chunks = RecursiveCharacterTextSplitter(chunk_size=2000, chunk_overlap=200).split_documents(docs)
@@ -110,8 +133,17 @@ t_split = time.perf_counter() - t
 t = time.perf_counter()
 manager = SQLRecordManager("peer", db_url=f"sqlite:///{db}")
 manager.create_schema()
-result = index(chunks, manager, InMemoryVectorStore(HashEmbeddings(dimension)),
-               cleanup="incremental", source_id_key="source", batch_size=100)
+if flavor == "markitdown-qdrant":
+    client = QdrantClient(path=db + ".qdrant")  # kept between a first ingest and its no-op
+    if not client.collection_exists("peer"):
+        client.create_collection("peer", vectors_config=VectorParams(size=dimension,
+                                                                    distance=Distance.COSINE))
+    store = QdrantVectorStore(client=client, collection_name="peer",
+                              embedding=HashEmbeddings(dimension))
+else:
+    store = InMemoryVectorStore(HashEmbeddings(dimension))
+result = index(chunks, manager, store, cleanup="incremental", source_id_key="source",
+               batch_size=100)
 t_index = time.perf_counter() - t
 print(json.dumps({"files": len(files), "chunks": len(chunks), "result": dict(result),
                   "stage_s": {"import": round(t_import, 2), "load": round(t_load, 2),
@@ -119,28 +151,36 @@ print(json.dumps({"files": len(files), "chunks": len(chunks), "result": dict(res
 '''
 
 
-def ensure_peer_venv(venv: Path) -> Path:
+def ensure_peer_venv(venv: Path, flavor: str = "bs4-memory") -> Path:
     """The peer's interpreter, its virtualenv created and filled (pinned) when missing."""
     python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import langchain_core, langchain_classic.indexes, "
-             "langchain_community.document_loaders, lxml, greenlet"]
+    extra = PEER_EXTRA[flavor]
+    modules = "langchain_core, langchain_classic.indexes, langchain_community.document_loaders, " \
+        "lxml, greenlet" + (", markitdown, langchain_qdrant" if extra else "")
+    probe = [str(python), "-c", f"import {modules}"]
     if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return python
-    print(f"# creating the peer's virtualenv {venv} ({', '.join(PEER_PACKAGES)})", flush=True)
+    packages = (*PEER_PACKAGES, *extra)
+    print(f"# creating the peer's virtualenv {venv} ({', '.join(packages)})", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
     subprocess.run(probe, check=True)
     return python
 
 
-def run_peer(python: Path, share: Path, work: Path, label: str) -> dict:
-    """One fresh LangChain index() of ``share``; its JSON plus ``wall_s``."""
-    db = work / f"{label}.sqlite"
-    db.unlink(missing_ok=True)
+def run_peer(python: Path, share: Path, work: Path, label: str, *, fresh: bool = True,
+             flavor: str = "bs4-memory") -> dict:
+    """One LangChain index() of ``share``; its JSON plus ``wall_s``. ``fresh``: a new record
+    manager (a first ingest); else the one of ``label``'s first ingest (its no-op: every file
+    loaded, split and hashed again, each chunk found in the record manager and skipped)."""
+    db = work / f"{label.removesuffix('-noop')}.sqlite"
+    if fresh:
+        db.unlink(missing_ok=True)
+        shutil.rmtree(f"{db}.qdrant", ignore_errors=True)
     script = work / "peer_index.py"
     script.write_text(PEER_SCRIPT)
     started = time.perf_counter()
-    proc = subprocess.run([str(python), str(script), str(share), str(db), str(DIMENSION)],
+    proc = subprocess.run([str(python), str(script), str(share), str(db), str(DIMENSION), flavor],
                           capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
@@ -159,7 +199,7 @@ def run_kbsync(share: Path, work: Path, label: str, code: Path | None,
     home = work / f"home-{label.removesuffix('-noop')}"
     if fresh:
         shutil.rmtree(home, ignore_errors=True)
-        home.mkdir()
+        home.mkdir(mode=0o700)  # kbsync refuses a home others can read (HomeExposed)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KBSYNC_", "PREFECT_API"))}
     env.update(KBSYNC_HOME=str(home), KBSYNC_EMBED_PROVIDER="hash")
     if api_url:
@@ -182,7 +222,7 @@ def run_kbsync(share: Path, work: Path, label: str, code: Path | None,
         tail = (work / f"{label}.stderr").read_text(errors="replace").strip()[-500:]
         raise RuntimeError(f"{label}: kbsync exited {proc.returncode}: {tail}")
     summary = json.loads(stdout)
-    summary.update(wall_s=wall, peak_rss_mb=peak / 2**20)
+    summary.update(wall_s=wall, peak_rss_mb=peak / 2**20, load=os.getloadavg()[0])
     return summary
 
 
@@ -197,11 +237,16 @@ def main() -> None:
     parser.add_argument("--noop", action="store_true",
                         help="after each kbsync first ingest, time a no-op re-run of it")
     parser.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
-    parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
+    parser.add_argument("--peer", choices=sorted(PEER_EXTRA), default="bs4-memory",
+                        help="the LangChain setup (markitdown-qdrant: issue 42's peer)")
+    parser.add_argument("--peer-venv", type=Path,
+                        help=f"the peer's virtualenv (default {PEER_VENV}[-FLAVOR])")
     args = parser.parse_args()
     name, _, count = args.share.partition(":")
     spec = realshares.SPECS[name]
-    python = ensure_peer_venv(args.peer_venv)
+    venv = args.peer_venv or (PEER_VENV if args.peer == "bs4-memory"
+                              else PEER_VENV.with_name(f"{PEER_VENV.name}-{args.peer}"))
+    python = ensure_peer_venv(venv, args.peer)
     work = args.work or Path(tempfile.mkdtemp(prefix="kbsync-peer-"))
     work.mkdir(parents=True, exist_ok=True)
     share = work / name
@@ -232,9 +277,14 @@ def _prefect_home(work: Path) -> Path:
 def _runs(args, python: Path, share: Path, work: Path, sides, api_url: str | None,
           rows: list) -> None:
     for i in range(args.repeat):
-        peer = run_peer(python, share, work, f"peer{i}")
-        rows.append(("langchain index()", peer["wall_s"], peer["chunks"], {"stage_s": peer["stage_s"]}))
+        peer = run_peer(python, share, work, f"peer{i}", flavor=args.peer)
+        rows.append(("langchain index()", peer["wall_s"], peer["chunks"], {"stage_s": peer["stage_s"], "load": os.getloadavg()[0]}))
         print(f"peer run {i + 1}: {peer['wall_s']:.1f} s {peer['result']}", flush=True)
+        if args.noop:
+            again = run_peer(python, share, work, f"peer{i}-noop", fresh=False, flavor=args.peer)
+            rows.append(("langchain index(): no-op re-run", again["wall_s"], again["chunks"],
+                         {"stage_s": again["stage_s"], "load": os.getloadavg()[0]}))
+            print(f"peer no-op {i + 1}: {again['wall_s']:.1f} s {again['result']}", flush=True)
         runs = [(label, code, None) for label, code in sides]
         runs += [(f"{label}, running server", code, api_url) for label, code in sides if api_url]
         for label, code, url in runs:
@@ -253,16 +303,25 @@ def _runs(args, python: Path, share: Path, work: Path, sides, api_url: str | Non
 
 
 def _print_table(rows: list[tuple[str, float, int, dict | None]]) -> None:
-    peers = [wall for label, wall, _, _ in rows if label.startswith("langchain")]
-    peer = sum(peers) / len(peers)
-    print("\n| side | wall s | / peer | chunks | in-run s | stages (s; kbsync: summed over batches) |")
-    print("|---|---|---|---|---|---|")
+    """One row a run; ``/ peer``: the wall over the peer's mean wall of the same step (a
+    no-op re-run against the peer's no-op, a first ingest against its first ingest)."""
+    def mean_peer(noop: bool) -> float:
+        walls = [wall for label, wall, _, _ in rows
+                 if label.startswith("langchain") and label.endswith("no-op re-run") == noop]
+        return sum(walls) / len(walls) if walls else float("nan")
+
+    print(f"\n# load average {os.getloadavg()[0]:.1f} at the end")
+    print("\n| side | wall s | / peer | chunks | in-run s | stages (s; kbsync: summed over batches) "
+          "| load (1 min, at its end) |")
+    print("|---|---|---|---|---|---|---|")
     for label, wall, chunks, extra in rows:
+        peer = mean_peer(label.endswith("no-op re-run"))
         extra = extra or {}
         stages = " ".join(f"{k} {v:.1f}" for k, v in (extra.get("stage_s") or {}).items())
         inside = extra.get("duration_s")
         print(f"| {label} | {wall:.1f} | {wall / peer:.2f} | {chunks} | "
-              f"{'' if inside is None else f'{inside:.1f}'} | {stages} |")
+              f"{'' if inside is None else f'{inside:.1f}'} | {stages} | "
+              f"{extra.get('load', float('nan')):.1f} |")
 
 
 if __name__ == "__main__":
