@@ -24,7 +24,8 @@ Invariants (a crash anywhere costs at worst one conversion more, never a wrong s
 - a record whose file the root's walk no longer sees (deleted, now ignored) is deleted
   when the root finishes (:func:`kbsync.ingest.steps.finish_root`), unless the run's
   ``--include``/``--exclude`` left part of the root unlooked at;
-- a file indexed before keeps its points and record when it now fails, as any failure.
+- a file indexed before keeps its points and record when it now fails, as any failure;
+- ``kbsync remove`` of a share or a namespace deletes its records (:func:`forget_all`).
 
 Full mode (the nightly mirror) does not retry them: it differs from incremental mode only in
 what it deletes. ``--force`` retries every one.
@@ -37,9 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from kbsync.catalog.state import StateStore, stable_hash, utc_now
+from kbsync.catalog.state import META_KEY, StateStore, stable_hash, utc_now
 from kbsync.errors import ErrorCode
 from kbsync.models import Failure, SourceFile
+from kbsync.store.base import Filter
 
 FAILED_FILE = "failed-file"
 """Meta kind of a remembered failure, keyed by (namespace, doc_id)."""
@@ -115,3 +117,13 @@ def remember(states: StateStore, namespace: str, records: Iterable[RememberedFai
 def forget(states: StateStore, namespace: str, doc_ids: Iterable[str]) -> None:
     """Delete the remembered failures of ``doc_ids`` (those without one: nothing)."""
     states.forget_meta(FAILED_FILE, [(namespace, doc_id) for doc_id in doc_ids])
+
+
+def forget_all(states: StateStore, namespace: str, root: str | None = None) -> None:
+    """Delete every remembered failure of ``root`` (every root's: ``None``) of
+    ``namespace``: what removing a share or a namespace does (:mod:`kbsync.ingest.remove`)."""
+    if states.store.collection_dimension(states.collection) is None:
+        return
+    states.store.delete(states.collection, Filter.where(
+        doc_id=f"<kbsync:{FAILED_FILE}>", **{META_KEY: FAILED_FILE}, failed_namespace=namespace,
+        **({"failed_root": root} if root is not None else {})))

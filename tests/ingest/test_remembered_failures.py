@@ -172,3 +172,14 @@ def test_a_transient_failure_is_not_remembered(runtime, tmp_path):
     assert _remembered(runtime) == set()
     assert not failed.is_remembered(converted.failures[0].error)
     assert _run(runtime, share)[0]["added"] == 1  # the next run converts it
+
+
+def test_removing_the_share_forgets_its_failures(runtime, tmp_path):
+    from kbsync.ingest.remove import Target, remove
+
+    share = tmp_path / "share"
+    write_tree(share, SHARE)
+    _run(runtime, share)
+    remove(runtime.store, collection=runtime.collection,
+           state_collection=runtime.settings.state_collection, target=Target("default", "share"))
+    assert runtime.states.count_meta(failed.FAILED_FILE) == 0
