@@ -15,6 +15,7 @@ from kbsync.catalog.failed import RememberedFailure
 from kbsync.catalog.state import OCR_OFF, REPAIR_FINGERPRINT, expected_fingerprint
 from kbsync.errors import ErrorCode, SymlinkOutsideRoot
 from kbsync.ingest.discover import hash_file
+from kbsync.ingest.report import short_message
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,11 @@ class _Memory:
             return False
         plan.failures.append(record.failure)
         plan.remembered += 1
-        log.warning("%s: %s: %s (unchanged since it failed at %s: not converted again; "
-                    "`kbsync ingest --force` retries it)", record.failure.path,
-                    record.failure.error.value, record.failure.message, record.failed_at)
+        failure = record.failure
+        log.warning("%s: %s, unchanged since it failed at %s: not converted again "
+                    "(`kbsync ingest --force` retries it): %s", failure.doc_id,
+                    failure.error.value, record.failed_at or "an earlier run",
+                    short_message(failure.to_dict(), None))
         return True
 
     def stale(self, doc_id: str) -> bool:

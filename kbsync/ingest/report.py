@@ -160,4 +160,6 @@ def count_line(summary: dict) -> str:
              else "")
     if summary.get("permissions_updated"):
         apart += f", permissions updated {summary['permissions_updated']}"
-    return f"ingest {ns}: {said}, failed {summary['failed']}{apart}"
+    remembered = (f" ({summary['failed_remembered']} unchanged since they failed: not "
+                  "converted again)" if summary.get("failed_remembered") else "")
+    return f"ingest {ns}: {said}, failed {summary['failed']}{remembered}{apart}"

@@ -19,6 +19,7 @@ from kbsync.errors import ConversionTimeout
 from kbsync.ingest import steps
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.executor import InProcess
+from kbsync.ingest.report import count_line
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.stages import StageResult, convert_stage
 from kbsync.models import SyncMode
@@ -81,6 +82,7 @@ def test_a_no_op_with_known_bad_files_converts_nothing_and_reports_them_again(
             again["failed_remembered"], again["deleted"]) == (3, 1, 2, 2, 0)
     lines = [r.getMessage() for r in caplog.records if "unchanged since it failed" in r.getMessage()]
     assert len(lines) == 2 and all("--force" in line for line in lines)
+    assert "failed 2 (2 unchanged since they failed: not converted again)" in count_line(again)
 
 
 def test_touching_a_known_bad_file_retries_it(runtime, tmp_path):
