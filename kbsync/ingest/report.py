@@ -38,7 +38,8 @@ def artifact_key(prefix: str, namespace: str) -> str:
 NEXT_STEP = ("What to do: fix or remove each failed file, or leave it out with `exclude`; "
              "the rest of the run was stored, and the next run retries exactly the failed "
              "files, but for one that failed for its own content and is unchanged since "
-             "(`failed_remembered`; `kbsync ingest --force` retries it). `kbsync ingest --json` names each file's reason (`failures[].error` and "
+             "(`failed_remembered`; `kbsync ingest --force` retries it). "
+             "`kbsync ingest --json` names each file's reason (`failures[].error` and "
              "`message`); docs/OPERATIONS.md, section \"When a run failed\", says what each "
              "kind means.")
 """The next step a summary with failed files ends its failures section with."""

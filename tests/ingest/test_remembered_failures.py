@@ -80,7 +80,8 @@ def test_a_no_op_with_known_bad_files_converts_nothing_and_reports_them_again(
     assert _failures(again) == _failures(first)  # the same doc_id, path, code and message
     assert (again["files_seen"], again["unchanged"], again["failed"],
             again["failed_remembered"], again["deleted"]) == (3, 1, 2, 2, 0)
-    lines = [r.getMessage() for r in caplog.records if "unchanged since it failed" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records
+             if "unchanged since it failed" in r.getMessage()]
     assert len(lines) == 2 and all("--force" in line for line in lines)
     assert "failed 2 (2 unchanged since they failed: not converted again)" in count_line(again)
 
