@@ -13,9 +13,11 @@ import logging
 import os
 from dataclasses import replace
 
+import pytest
 from kbtest import write_tree
 from kbsync.catalog import failed
-from kbsync.errors import ConversionTimeout
+from kbsync.catalog.state import StateStore
+from kbsync.errors import ConversionTimeout, StoreUnavailable
 from kbsync.ingest import steps
 from kbsync.ingest.discover import parse_root
 from kbsync.ingest.executor import InProcess
@@ -100,25 +102,25 @@ def test_touching_a_known_bad_file_retries_it(runtime, tmp_path):
     assert (executor.batches, third["failed_remembered"]) == (0, 2)
 
 
-def test_fixing_a_known_bad_file_indexes_it_and_forgets_the_failure(runtime, tmp_path):
+def test_fixing_a_known_bad_file_indexes_it_and_forgets_the_failure(adapter_runtime, tmp_path):
     share = tmp_path / "share"
     write_tree(share, SHARE)
-    _run(runtime, share)
+    _run(adapter_runtime, share)
     write_tree(share, {"key.md": "# Deploy\n\nthe key lives in the vault now"})
-    again, _ = _run(runtime, share)
+    again, _ = _run(adapter_runtime, share)
     assert (again["added"], again["failed"], again["failed_remembered"]) == (1, 1, 1)
-    assert _remembered(runtime) == {"share/bad.pdf"}
-    assert runtime.states.get("default", "share/key.md") is not None
+    assert _remembered(adapter_runtime) == {"share/bad.pdf"}
+    assert adapter_runtime.states.get("default", "share/key.md") is not None
 
 
-def test_deleting_a_known_bad_file_forgets_the_failure(runtime, tmp_path):
+def test_deleting_a_known_bad_file_forgets_the_failure(adapter_runtime, tmp_path):
     share = tmp_path / "share"
     write_tree(share, SHARE)
-    _run(runtime, share)
+    _run(adapter_runtime, share)
     (share / "bad.pdf").unlink()
-    again, executor = _run(runtime, share)
+    again, executor = _run(adapter_runtime, share)
     assert (executor.roots, again["failed"], again["files_seen"]) == ([], 1, 2)
-    assert _remembered(runtime) == {"share/key.md"}
+    assert _remembered(adapter_runtime) == {"share/key.md"}
 
 
 def test_force_retries_known_bad_files(runtime, tmp_path):
@@ -186,3 +188,38 @@ def test_removing_the_share_forgets_its_failures(runtime, tmp_path):
     remove(runtime.store, collection=runtime.collection,
            state_collection=runtime.settings.state_collection, target=Target("default", "share"))
     assert runtime.states.count_meta(failed.FAILED_FILE) == 0
+
+
+class ChunkUpsertFails:
+    """A real store whose upserts to the chunk collection fail while ``armed``: the store
+    lost in the middle of a batch's write step."""
+
+    def __init__(self, store, chunks: str) -> None:
+        self._store, self._chunks, self.armed = store, chunks, True
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def upsert(self, collection, points):
+        if self.armed and collection == self._chunks:
+            raise StoreUnavailable("injected: the store went away mid-batch")
+        return self._store.upsert(collection, points)
+
+
+def test_a_store_lost_mid_batch_never_leaves_a_file_wrongly_skipped(runtime, tmp_path):
+    share = tmp_path / "share"
+    write_tree(share, SHARE)
+    _run(runtime, share)
+    write_tree(share, {"key.md": "# Deploy\n\nthe key lives in the vault now",
+                       "blank.md": "  \n\n "})  # key.md fixed; blank.md new, EmptyDocument
+    faulty = ChunkUpsertFails(runtime.store, runtime.collection)
+    broken = replace(runtime, store=faulty,
+                     states=StateStore(faulty, runtime.settings.state_collection))
+    with pytest.raises(StoreUnavailable):
+        _run(broken, share)
+    # key.md's stale failure went before any write; blank.md's is not kept, its batch unwritten
+    assert _remembered(runtime) == {"share/bad.pdf"}
+    faulty.armed = False
+    again, _ = _run(runtime, share)
+    assert (again["added"], again["failed"], again["failed_remembered"]) == (1, 2, 1)
+    assert _remembered(runtime) == {"share/bad.pdf", "share/blank.md"}
