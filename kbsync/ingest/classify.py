@@ -2,7 +2,9 @@
 
 A document is *unchanged* only when its record has the same fingerprint
 (:func:`kbsync.catalog.state.expected_fingerprint`), status ``ok`` and either the same
-size and mtime (no hashing) or, failing that, the same content hash.
+size and mtime (no hashing) or, failing that, the same content hash. A file whose
+remembered failure still holds is not planned at all: it fails again, unconverted
+(:mod:`kbsync.catalog.failed`).
 """
 
 from __future__ import annotations
@@ -99,9 +101,9 @@ def plan_files(
 
     A file not unchanged whose ``remembered`` failure still holds for its stat and
     ``failure_key`` is neither read nor planned: it is one of ``failures`` again, as
-    reported then, counted in ``remembered``, with one warning; unless ``force`` or
-    repaired, when its record is marked for deletion (``forget_failure``), as is one that
-    no longer holds (:mod:`kbsync.catalog.failed`).
+    reported then, counted in ``remembered``, with one warning. Under ``force`` or a
+    repair it is planned as any file; then, as when its record no longer holds, the item
+    carries ``forget_failure`` (:mod:`kbsync.catalog.failed`).
     """
     plan = Plan()
     memory = _Memory(remembered or {}, failure_key, retry=force)
