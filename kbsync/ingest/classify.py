@@ -157,7 +157,9 @@ class _Memory:
         plan.failures.append(record.failure)
         plan.remembered += 1
         failure = record.failure
-        log.warning("%s: %s, unchanged since it failed at %s: not converted again "
+        # INFO: the run's report already gives every failed file its one WARNING line,
+        # and its count line says how many were remembered and that --force retries them
+        log.info("%s: %s, unchanged since it failed at %s: not converted again "
                     "(`kbsync ingest --force` retries it): %s", failure.doc_id,
                     failure.error.value, record.failed_at or "an earlier run",
                     short_message(failure.to_dict(), None))

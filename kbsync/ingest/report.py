@@ -162,5 +162,6 @@ def count_line(summary: dict) -> str:
     if summary.get("permissions_updated"):
         apart += f", permissions updated {summary['permissions_updated']}"
     remembered = (f" ({summary['failed_remembered']} unchanged since they failed: not "
-                  "converted again)" if summary.get("failed_remembered") else "")
+                  "converted again; `kbsync ingest --force` retries them)"
+                  if summary.get("failed_remembered") else "")
     return f"ingest {ns}: {said}, failed {summary['failed']}{remembered}{apart}"

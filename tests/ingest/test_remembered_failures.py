@@ -1,8 +1,9 @@
 """A file that failed for its own content is not converted again until it changes (issue 42).
 
 A no-op sync of a share holding one known-bad file converts nothing: the file is reported
-failed again, with the same doc_id, code and message, in one warning that says `--force`
-retries it, and counted in ``failed_remembered``. Touching, fixing or deleting the file,
+failed again, with the same doc_id, code and message (the report's one WARNING line a failed
+file), one INFO line each that says why it was not converted, and counted in
+``failed_remembered``, whose count line says `--force` retries them. Touching, fixing or deleting the file,
 changing the settings that shape a conversion, or ``--force`` retries or forgets it; a
 transient failure is never remembered (:mod:`kbsync.catalog.failed`).
 """
@@ -74,7 +75,7 @@ def test_a_no_op_with_known_bad_files_converts_nothing_and_reports_them_again(
     assert (first["added"], first["failed"], first["failed_remembered"]) == (1, 2, 0)
     assert {d: f["error"] for d, f in _failures(first).items()} == BAD
     assert _remembered(adapter_runtime) == set(BAD)
-    caplog.set_level(logging.WARNING, logger="kbsync")
+    caplog.set_level(logging.INFO, logger="kbsync")
     again, executor = _run(adapter_runtime, share, mode=SyncMode.FULL)
     # no conversion: no root run, no batch, no convert stage; nothing hashed
     assert (executor.roots, executor.batches) == ([], 0)
@@ -82,10 +83,11 @@ def test_a_no_op_with_known_bad_files_converts_nothing_and_reports_them_again(
     assert _failures(again) == _failures(first)  # the same doc_id, path, code and message
     assert (again["files_seen"], again["unchanged"], again["failed"],
             again["failed_remembered"], again["deleted"]) == (3, 1, 2, 2, 0)
-    lines = [r.getMessage() for r in caplog.records
-             if "unchanged since it failed" in r.getMessage()]
-    assert len(lines) == 2 and all("--force" in line for line in lines)
-    assert "failed 2 (2 unchanged since they failed: not converted again)" in count_line(again)
+    lines = [r for r in caplog.records if "unchanged since it failed" in r.getMessage()]
+    assert len(lines) == 2 and all(r.levelno == logging.INFO and "--force" in r.getMessage()
+                                   for r in lines)
+    assert ("failed 2 (2 unchanged since they failed: not converted again; `kbsync ingest "
+            "--force` retries them)") in count_line(again)
 
 
 def test_touching_a_known_bad_file_retries_it(runtime, tmp_path):
