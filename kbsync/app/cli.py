@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="full also deletes documents of these roots that are gone (never those "
                           "--include/--exclude leave out)")
     ing.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    ing.add_argument("--force", action="store_true", help="reprocess every file")
+    ing.add_argument("--force", action="store_true",
+                     help="reprocess every file, failed ones unchanged since they failed included")
     ing.add_argument("--include", action="append", default=[], metavar="GLOB",
                      help="only files matching GLOB (repeatable)")
     ing.add_argument("--exclude", action="append", default=[], metavar="GLOB",

@@ -295,6 +295,12 @@ class StateStore:
         self._store.upsert(self._collection, [Point(id=point_id, payload=record,
                                                     vector=STATE_VECTOR)])
 
+    def forget_meta(self, kind: str, keys: Sequence[Sequence[str]]) -> None:
+        """Delete the meta records ``(kind, *key)`` of ``keys`` (missing ones: nothing)."""
+        ids = [self.meta_id(kind, key) for key in keys]
+        if ids and self._store.collection_dimension(self._collection) is not None:
+            self._store.delete_ids(self._collection, ids)
+
     def any_record(self, namespace: str, root: str) -> DocState | None:
         """One document record of ``root`` in ``namespace`` (the first page of one), or ``None``."""
         if self._store.collection_dimension(self._collection) is None:

@@ -2,18 +2,25 @@
 
 A document is *unchanged* only when its record has the same fingerprint
 (:func:`kbsync.catalog.state.expected_fingerprint`), status ``ok`` and either the same
-size and mtime (no hashing) or, failing that, the same content hash.
+size and mtime (no hashing) or, failing that, the same content hash. A file whose
+remembered failure still holds is not planned at all: it fails again, unconverted
+(:mod:`kbsync.catalog.failed`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import AbstractSet, Mapping, Sequence
 
+from kbsync.catalog.failed import RememberedFailure
 from kbsync.catalog.state import OCR_OFF, REPAIR_FINGERPRINT, expected_fingerprint
 from kbsync.errors import ErrorCode, SymlinkOutsideRoot
 from kbsync.ingest.discover import hash_file
+from kbsync.ingest.report import short_message
 from kbsync.models import DocState, DocStatus, Failure, PlanAction, SourceFile
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)  # one per file of a root's plan
@@ -24,6 +31,9 @@ class PlanItem:
     file: SourceFile | None  # None for MISSING
     previous: DocState | None
     repair: bool = False  # reprocessed because its points no longer match the record
+    # a remembered failure that no longer holds (the file or the settings changed, --force):
+    # the batch's write step deletes it before committing (kbsync.catalog.failed)
+    forget_failure: bool = False
 
     @property
     def doc_id(self) -> str:
@@ -37,7 +47,9 @@ class Plan:
 
     items: list[PlanItem] = field(default_factory=list)
     hashed: int = 0
-    failures: list[Failure] = field(default_factory=list)  # files that could not be hashed
+    # files that could not be hashed, and those failed again unconverted (``remembered``)
+    failures: list[Failure] = field(default_factory=list)
+    remembered: int = 0  # failures of files unchanged since they failed (kbsync.catalog.failed)
 
     def of(self, action: PlanAction) -> list[PlanItem]:
         """Items with the given action, in doc_id order."""
@@ -72,6 +84,8 @@ def plan_files(
     ocr_key: str = OCR_OFF,
     force: bool = False,
     repair: AbstractSet[str] = frozenset(),
+    remembered: Mapping[str, RememberedFailure] | None = None,
+    failure_key: str = "",
 ) -> Plan:
     """Classify files as new, changed, unchanged or heal, and records as missing.
 
@@ -84,17 +98,27 @@ def plan_files(
     A recorded document in ``repair`` (its points no longer match its record),
     or whose record carries :data:`REPAIR_FINGERPRINT`, is ``changed`` with
     ``repair=True`` whatever its bytes.
+
+    A file not unchanged whose ``remembered`` failure still holds for its stat and
+    ``failure_key`` is neither read nor planned: it is one of ``failures`` again, as
+    reported then, counted in ``remembered``, with one warning. Under ``force`` or a
+    repair it is planned as any file; then, as when its record no longer holds, the item
+    carries ``forget_failure`` (:mod:`kbsync.catalog.failed`).
     """
     plan = Plan()
+    memory = _Memory(remembered or {}, failure_key, retry=force)
     seen: set[str] = set()
     items, get = plan.items, states.get  # once, not once a file (100,000 in a no-op)
     for source in files:
         seen.add(source.doc_id)
         previous = get(source.doc_id)
         if previous is None:
+            if memory.failed_again(source, plan):
+                continue
             hashed = _hashed(source, plan)
             if hashed is not None:
-                items.append(PlanItem(PlanAction.NEW, hashed, None))
+                items.append(PlanItem(PlanAction.NEW, hashed, None,
+                                      forget_failure=memory.stale(source.doc_id)))
             continue
         repairing = source.doc_id in repair or previous.fingerprint == REPAIR_FINGERPRINT
         same_settings = (not force and not repairing and previous.fingerprint
@@ -103,15 +127,47 @@ def plan_files(
                 and previous.mtime_ns == source.mtime_ns):
             source = source.with_hash(previous.content_hash)  # stat check: not read
         else:
+            if not repairing and memory.failed_again(source, plan):
+                continue  # its old version stays indexed, as after the failure itself
             hashed = _hashed(source, plan)
             if hashed is None:
                 continue
             source = hashed
         action = classify(previous, source.content_hash, same_settings=same_settings)
-        items.append(PlanItem(action, source, previous, repair=repairing))
+        items.append(PlanItem(action, source, previous, repair=repairing,
+                              forget_failure=memory.stale(source.doc_id)))
     for doc_id in sorted(set(states) - seen):
         plan.items.append(PlanItem(PlanAction.MISSING, None, states[doc_id]))
     return plan
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """The remembered failures of a plan's files, and whether the run retries them all."""
+
+    records: Mapping[str, RememberedFailure]
+    key: str
+    retry: bool
+
+    def failed_again(self, source: SourceFile, plan: Plan) -> bool:
+        """Whether ``source`` fails again unconverted (added to ``plan.failures``, warned)."""
+        record = self.records.get(source.doc_id)
+        if self.retry or record is None or not record.holds_for(source, self.key):
+            return False
+        plan.failures.append(record.failure)
+        plan.remembered += 1
+        failure = record.failure
+        # INFO: the run's report already gives every failed file its one WARNING line,
+        # and its count line says how many were remembered and that --force retries them
+        log.info("%s: %s, unchanged since it failed at %s: not converted again "
+                    "(`kbsync ingest --force` retries it): %s", failure.doc_id,
+                    failure.error.value, record.failed_at or "an earlier run",
+                    short_message(failure.to_dict(), None))
+        return True
+
+    def stale(self, doc_id: str) -> bool:
+        """Whether ``doc_id`` has a record that no longer holds (the file goes on)."""
+        return doc_id in self.records
 
 
 def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:

@@ -17,6 +17,7 @@ from kbsync.ingest.classify import Plan, PlanItem, plan_files
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.walk import (Discovery, WalkCursor, WalkRules, filtered_out, iter_files,
                                 log_unlogged)
+from kbsync.catalog import failed
 from kbsync.catalog.checks import StoreCheck, check_root, damaged_documents
 from kbsync.models import DocState, Failure, PlanAction, RootSpec, SourceFile, SyncMode, display_path
 
@@ -82,6 +83,8 @@ class RootPlan:
     cursor: PlanCursor | None = None
     # the run's include/exclude filters left part of the root unlooked at
     filtered: bool = False
+    # the last slice: remembered failures of files the walk no longer sees (finish forgets them)
+    forget_failures: list[str] = field(default_factory=list)
 
     def to_process(self) -> list:
         """New and changed items, in doc_id order."""
@@ -121,8 +124,11 @@ def plan_root(
     files, more = _take(walked, limit)
     files = drop_ambiguous(found, files)
     states = runtime.states.load_docs(namespace, [f.doc_id for f in files])
+    remembered = failed.load(runtime.states, namespace, root.name)
     plan = plan_files(files, states, fingerprint=runtime.fingerprint, ocr_key=runtime.ocr_key,
-                      force=force, repair=cursor.damaged)
+                      force=force, repair=cursor.damaged, remembered=remembered,
+                      failure_key=failed.failure_key(runtime.fingerprint, runtime.ocr_key,
+                                                     runtime.config.max_file_bytes))
     result = RootPlan(root=root, discovery=found, plan=plan, filtered=bool(include or exclude))
     _advance(cursor, result, files, matched=len(states))
     found.files = []  # the plan holds them now, hashed: a root's run keeps one copy, not two
@@ -132,6 +138,9 @@ def plan_root(
     log_unlogged(found)
     _finish_root_plan(result, cursor, runtime, namespace, mode,
                       Scope(guard, WalkRules(include=include, exclude=exclude)))
+    if remembered and not result.filtered:  # a filter leaves files unlooked at, not gone
+        present = np.isin(doc_digests(remembered), cursor.seen)
+        result.forget_failures = [d for d, there in zip(remembered, present) if not there]
     return result
 
 

@@ -2,8 +2,9 @@
 
 Write order, the crash-safe one of :func:`kbsync.ingest.write.delete_documents`: an
 intent record first (:data:`REMOVAL`, a meta record naming the target), then the
-points, then the documents' state records, then the root bindings
-(:mod:`kbsync.catalog.identity`), and last the intent record. A crash in between leaves
+points, then the documents' state records, then their remembered failures
+(:mod:`kbsync.catalog.failed`), then the root bindings (:mod:`kbsync.catalog.identity`), and
+last the intent record. A crash in between leaves
 records without points and the intent: ``kbsync verify --repair``, the next ingest of the
 namespace or a second ``remove`` finishes the removal (:func:`finish_pending`) instead of
 rebuilding the documents from their files; it never leaves searchable points without a
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from kbsync.catalog import failed
 from kbsync.catalog.identity import ROOT_BINDING
 from kbsync.catalog.state import META_KEY, StateStore, utc_now
 from kbsync.store.base import Filter, VectorStore
@@ -116,6 +118,8 @@ def remove(store: VectorStore, *, collection: str, state_collection: str,
         # the kept chunk totals first: a crash between leaves none, never a stale one
         StateStore(store, state_collection).forget_chunk_totals(target.namespace, target.root)
         store.delete(state_collection, flt)
+    # remembered failures (kbsync.catalog.failed): a share added again is converted again
+    failed.forget_all(StateStore(store, state_collection), target.namespace, target.root)
     if removed.root_bindings:
         store.delete(state_collection, bindings_filter(target))
     store.delete(state_collection, _intent_filter(target.namespace, target))

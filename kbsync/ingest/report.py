@@ -37,7 +37,9 @@ def artifact_key(prefix: str, namespace: str) -> str:
 
 NEXT_STEP = ("What to do: fix or remove each failed file, or leave it out with `exclude`; "
              "the rest of the run was stored, and the next run retries exactly the failed "
-             "files. `kbsync ingest --json` names each file's reason (`failures[].error` and "
+             "files, but for one that failed for its own content and is unchanged since "
+             "(`failed_remembered`; `kbsync ingest --force` retries it). "
+             "`kbsync ingest --json` names each file's reason (`failures[].error` and "
              "`message`); docs/OPERATIONS.md, section \"When a run failed\", says what each "
              "kind means.")
 """The next step a summary with failed files ends its failures section with."""
@@ -159,4 +161,7 @@ def count_line(summary: dict) -> str:
              else "")
     if summary.get("permissions_updated"):
         apart += f", permissions updated {summary['permissions_updated']}"
-    return f"ingest {ns}: {said}, failed {summary['failed']}{apart}"
+    remembered = (f" ({summary['failed_remembered']} unchanged since they failed: not "
+                  "converted again; `kbsync ingest --force` retries them)"
+                  if summary.get("failed_remembered") else "")
+    return f"ingest {ns}: {said}, failed {summary['failed']}{remembered}{apart}"

@@ -30,6 +30,7 @@ from kbsync.errors import (DiskFull, EmbeddingOutage, EmptyDocument, ErrorCode, 
 from kbsync.models import Chunk, Document, DocStatus, Failure, PlanAction, SourceFile
 from kbsync.ingest.context import IngestContext
 from kbsync.ingest.summary import Count
+from kbsync.catalog.failed import is_remembered
 from kbsync.catalog.state import document_fingerprint
 from kbsync.ingest.classify import PlanItem
 from kbsync.catalog.schema import PreparedDoc
@@ -70,7 +71,7 @@ class StageResult:
     in it (measured); an opaque object is handed over as is.
     """
 
-    __slots__ = ("work", "failures", "counters", "seconds", "withdraw")
+    __slots__ = ("work", "failures", "counters", "seconds", "withdraw", "remember", "forget")
 
     def __init__(self, work: list[DocWork] | None = None,
                  failures: list[Failure] | None = None, counters: Counter | None = None,
@@ -83,6 +84,10 @@ class StageResult:
         # doc_ids whose stored version the write step removes: a file that now holds a
         # secret (SecretDetected), whose older version may hold it too
         self.withdraw: list[str] = []
+        # failures the write step remembers (a code of kbsync.catalog.failed.REMEMBERED,
+        # with the file it holds for), and doc_ids whose remembered failure it forgets
+        self.remember: list[tuple[Failure, SourceFile]] = []
+        self.forget: list[str] = []
 
     def __repr__(self) -> str:
         return (f"StageResult({len(self.work)} documents, {len(self.failures)} failures, "
@@ -162,11 +167,20 @@ def _refuse_secret(result: StageResult, work: DocWork, exc: SecretDetected) -> N
     searchable by its older text. The failure says so.
     """
     failure = failure_of(work.source, exc)
+    _keep(result, work.source, failure)  # as a later run, the stored version gone, reports it
     if work.item.previous is not None:
         result.withdraw.append(work.source.doc_id)
         failure = replace(failure, message=f"{failure.message}; its indexed version is removed")
     log.warning("%s", failure.message)
     result.failures.append(failure)
+
+
+def _keep(result: StageResult, source: SourceFile, failure: Failure) -> Failure:
+    """``failure``, handed to the write step to remember when its code is one the file's
+    own bytes cause (:data:`kbsync.catalog.failed.REMEMBERED`)."""
+    if is_remembered(failure.error):
+        result.remember.append((failure, source))
+    return failure
 
 
 def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
@@ -181,6 +195,8 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
     result = StageResult()
     for item in items:
         work = DocWork(item=item)
+        if item.forget_failure:
+            result.forget.append(item.doc_id)
         try:
             # within: the read itself checks the file is still inside its root
             document = converter(work.source.path, doc_id=work.source.doc_id,
@@ -192,7 +208,7 @@ def convert_stage(items: Sequence[PlanItem], *, max_bytes: int,
             _refuse_secret(result, work, exc)
             continue
         except KbsyncError as exc:
-            result.failures.append(failure_of(work.source, exc))
+            result.failures.append(_keep(result, work.source, failure_of(work.source, exc)))
             continue
         except Exception as exc:  # noqa: BLE001 - one bad file must never stop the batch
             contain(result, work.source, exc, "converting")
@@ -221,8 +237,8 @@ def chunk_stage(works: Sequence[DocWork], *, config: ChunkConfig) -> StageResult
         result.counters[Count.CHUNKS_KEPT] += chunked.kept
         work.document = None
         if not chunked.chunks:
-            result.failures.append(failure_of(work.source, EmptyDocument(
-                f"{work.source.display}: no text left after chunking")))
+            result.failures.append(_keep(result, work.source, failure_of(
+                work.source, EmptyDocument(f"{work.source.display}: no text left after chunking"))))
             continue
         work.chunks = chunked.chunks
         result.work.append(work)

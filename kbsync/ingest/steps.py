@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from kbsync.catalog import checks
+from kbsync.catalog import checks, failed
 from kbsync.ingest import identity, room
 from kbsync.ingest.context import IngestContext, PrepareContext
 from kbsync.ingest.plan import DeleteGuard, PlanCursor, RootPlan, plan_root, preflight_root
@@ -139,13 +139,28 @@ def prepare(ctx: PrepareContext, chunk_config: ChunkConfig,
 
 def write(ctx: IngestContext, prepared: list[StageResult], namespace: str,
           run_id: str) -> list[StageResult]:
-    """Write what :func:`prepare` made (upsert, delete stale, commit state, per document)
-    and withdraw the stored documents its conversion refused for a secret; the stage
-    results of the whole batch, as :func:`batch` returns them."""
+    """Write what :func:`prepare` made (upsert, delete stale, commit state, per document),
+    withdraw the stored documents its conversion refused for a secret, and keep the
+    batch's failures a file's own bytes cause (:mod:`kbsync.catalog.failed`); the stage
+    results of the whole batch, as :func:`batch` returns them.
+
+    Stale remembered failures are deleted before any commit, new ones written once the
+    failures are known: a crash in between costs a conversion more, never a wrong skip.
+    """
+    remember = [pair for result in prepared for pair in result.remember]
+    again = {f.doc_id for f, _ in remember}
+    stale = [d for result in prepared for d in result.forget if d not in again]
+    if stale:
+        failed.forget(ctx.states, namespace, stale)
     withdrawn = [doc_id for result in prepared for doc_id in result.withdraw]
     if withdrawn:
         room.withdraw_batch(withdrawn, ctx, namespace=namespace)
-    return [*prepared, upsert(ctx, prepared[-1], namespace, run_id)]
+    written = upsert(ctx, prepared[-1], namespace, run_id)
+    if remember:
+        key = failed.failure_key(ctx.fingerprint, ctx.ocr_key, ctx.config.max_file_bytes)
+        failed.remember(ctx.states, namespace, (failed.RememberedFailure(
+            f, s.root, s.size, s.mtime_ns, key) for f, s in remember))
+    return [*prepared, written]
 
 
 def batch(ctx: IngestContext, chunk_config: ChunkConfig, items: Sequence[PlanItem],
@@ -174,10 +189,13 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> tuple[int, 
     deletes (its last slice's ``to_delete``); after the root's last slice of a run that
     looked at all of it, record that its documents carry their permissions
     (:func:`kbsync.catalog.access.mark_captured`), and keep its chunk total for the next
-    run's check (:meth:`kbsync.catalog.state.StateStore.keep_chunk_total`). Returns
+    run's check (:meth:`kbsync.catalog.state.StateStore.keep_chunk_total`); forget the
+    remembered failures of files the walk no longer sees (:mod:`kbsync.catalog.failed`). Returns
     ``(deleted, permissions_updated)``."""
     moved = room.finish_unchanged(rp, ctx, namespace)
     deleted = room.delete_missing(rp, ctx, namespace)
+    if rp.forget_failures:  # their files are gone from the walk (kbsync.catalog.failed)
+        failed.forget(ctx.states, namespace, rp.forget_failures)
     if rp.cursor is None and not rp.filtered and not _captured(ctx, namespace, rp.root.name):
         mark_captured(ctx.states, namespace, rp.root.name)  # once: a no-op writes nothing
     if rp.cursor is None:  # after the root's last commit; a no-op finds it kept

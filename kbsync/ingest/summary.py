@@ -123,6 +123,9 @@ class IngestSummary:
     permissions_unreadable: int = 0
     # documents nobody but their owner (and root) may read: other readers never see them
     owner_only: int = 0
+    # of ``failed``: files unchanged since they failed for their own content, reported again
+    # as then and not converted (kbsync.catalog.failed); --force retries them
+    failed_remembered: int = 0
 
     def to_dict(self) -> dict:
         """JSON form."""
@@ -201,6 +204,7 @@ def account_plan(summary: IngestSummary, rp: RootPlan) -> None:
     summary.kept_unreadable += len(rp.kept_unreadable)
     summary.kept_excluded += len(rp.kept_excluded)
     summary.files_hashed += rp.plan.hashed
+    summary.failed_remembered += rp.plan.remembered
     owner_only, unreadable, warning = permission_counts(rp)
     summary.owner_only += owner_only
     summary.permissions_unreadable += unreadable

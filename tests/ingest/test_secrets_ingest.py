@@ -113,7 +113,11 @@ def test_a_stored_file_that_gains_a_secret_is_withdrawn(runtime, tmp_path):
     assert (summary["failed"], summary["unchanged"]) == (1, 1), summary
     [failure] = summary["failures"]
     assert failure["error"] == "SecretDetected" and "indexed version is removed" in failure["message"]
-    stored = _stored_texts(runtime)
+    # no point or record of the document is left; only the failure is remembered
+    # (kbsync.catalog.failed: the file is not converted again until it changes)
+    points = [*runtime.store.scroll(runtime.collection),
+              *runtime.store.scroll(runtime.settings.state_collection)]
+    stored = json.dumps([p.payload for p in points if not p.payload.get("failed_doc_id")])
     assert "share/notes.txt" not in stored and "Another zephyr note" in stored
     assert runtime.states.get("default", "share/notes.txt") is None
     again = run_plain(roots, runtime=runtime).to_dict()

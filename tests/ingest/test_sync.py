@@ -46,7 +46,8 @@ def expected(**overrides) -> dict:
                 chunks_kept=0, embeddings_computed=0, embeddings_cached=0, embeddings_failed=0,
                 failures=[], partial=0, repaired=0, embedding_bisect_requests=0,
                 converter_warnings=0, kept_unreadable=0, kept_excluded=0, ignored_by_kind={},
-                not_attempted=0, permissions_updated=0, permissions_unreadable=0)
+                not_attempted=0, permissions_updated=0, permissions_unreadable=0,
+                failed_remembered=0)
     base.update(overrides)
     return base
 
