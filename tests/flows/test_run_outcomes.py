@@ -70,11 +70,13 @@ def test_known_failures_are_not_red_and_a_new_one_is(prefect_api, settings, tmp_
     assert any(level == logging.WARNING and m.startswith("failed share/broken.pdf:") and
                m.endswith("(known: it failed in the last run too)") for level, m in lines)
     assert any(m == "embedding model: hash/hash-384 (384 dims)" for _, m in lines), lines
-    # A subflow's failure shows once, on its parent: no ingest-root subflow is Failed.
-    for run in (first, second):
-        (child,) = _children(run.state_details.flow_run_id)
-        assert child.state.type is StateType.COMPLETED, child.state
-        assert child.state.name == "Completed with failures", child.state
+    assert second.result()["failed_remembered"] == 1  # not converted again (issue 42)
+    # A subflow's failure shows once, on its parent: no ingest-root subflow is Failed. The
+    # second run has nothing to write (the failure is remembered): no subflow at all.
+    (child,) = _children(first.state_details.flow_run_id)
+    assert child.state.type is StateType.COMPLETED, child.state
+    assert child.state.name == "Completed with failures", child.state
+    assert _children(second.state_details.flow_run_id) == []
     summary = Artifact.get(artifact_key("kbsync-ingest", "known"))
     assert summary.description.startswith("completed: 1 known failed file (none new): ")
     assert "| outcome | completed: 1 known failed file (none new) |" in summary.data
