@@ -241,3 +241,27 @@ def test_the_read_ahead_finds_every_flag_file_and_int8_vector_file_and_changes_n
     with EdgeStore(tmp_path) as store:  # the load that warms first answers as before
         assert store.count("kb") == 2500
         assert store.search("kb", vectors[9].tolist(), limit=1)[0].id == _points(vectors)[9].id
+
+
+def test_writes_across_reopens_of_a_hybrid_collection_seal(tmp_path: Path,
+                                                           small_seal: int) -> None:
+    """The engine counts every sparse vector as indexed, so ``points - indexed`` reads 0 on a
+    hybrid collection; the seal counter must start from the appendable segment's own count
+    at each open, or runs that each write less than ``SEAL_EVERY`` points never seal."""
+    dim, per_run = 16, 400
+    vectors = _vectors(3 * per_run, dim)
+    for run in range(3):
+        with EdgeStore(tmp_path) as store:
+            store.ensure_collection("kb", dimension=dim, sparse=True)
+            if run:  # reopened: the counter starts at what the appendable segment holds
+                assert es.unsealed_points(store._require("kb").shard, tmp_path / "kb") == \
+                    run * per_run
+            store.upsert("kb", _points(vectors[run * per_run:(run + 1) * per_run],
+                                       start=run * per_run))
+    # 1,200 points in 400-point runs: the third run crossed 1,000 and sealed
+    from kbsync.store.edge import seals
+
+    assert seals.sealed_segments(tmp_path / "kb"), "no segment sealed across three runs"
+    with EdgeStore(tmp_path) as store:
+        assert store.count("kb") == 3 * per_run
+        assert es.unsealed_points(store._require("kb").shard, tmp_path / "kb") < small_seal

@@ -13,8 +13,10 @@ one place. Facts about qdrant-edge-py 0.9.0 relied on here (checked by
   quantization of the segment and a rebuild of its payload and sparse indexes;
 - ``max_segment_size`` equal to the threshold keeps the merge optimizer from
   merging sealed segments into larger ones (a merge would be one long call);
-- ``ShardInfo.indexed_vectors_count`` counts the vectors of sealed segments, so
-  ``points_count - indexed_vectors_count`` is what the appendable segment holds.
+- ``ShardInfo.indexed_vectors_count`` counts the dense vectors of sealed segments plus
+  every sparse vector, sealed or not: ``points_count - indexed_vectors_count`` is what the
+  appendable segment holds only for a dense-only collection; at open the appendable
+  segment's own version log is read too (:func:`unsealed_points`).
 
 The layout: a segment seals when it holds :data:`kbsync.store.layout.SEAL_EVERY` points
 (shared with the server adapter; chosen by ``tests/bench/store_bench.py --layouts``; see
@@ -208,10 +210,38 @@ class Shard:
     unsealed: int = 0  # points written to the appendable segment since the last seal
 
 
-def unsealed_points(shard: Any) -> int:
-    """Points of the shard outside sealed segments (what the next seal would take)."""
+def unsealed_points(shard: Any, folder: Path | None = None) -> int:
+    """Points of the shard outside sealed segments (what the next seal would take).
+
+    ``points - indexed vectors`` holds for dense vectors only: the engine counts every
+    sparse vector as indexed, sealed or not, so on a hybrid collection (the default) that
+    difference reads 0 however full the appendable segment is. With ``folder`` (the shard's,
+    at open) the appendable segments' own point logs count too (:func:`appendable_points`),
+    and the larger count wins: without it every open started the counter at 0, and a share
+    whose runs each add fewer than ``SEAL_EVERY`` points never sealed across runs.
+    """
     info = shard.info()
-    return max(0, int(info.points_count) - int(info.indexed_vectors_count))
+    counted = max(0, int(info.points_count) - int(info.indexed_vectors_count))
+    return counted if folder is None else max(counted, appendable_points(folder))
+
+
+APPENDABLE_VERSIONS = "mutable_id_tracker.versions"
+"""An appendable segment's log of point versions, 8 bytes an entry (qdrant-edge-py 0.9.0;
+``tests/store/test_edge_seal.py`` checks that writes across reopens seal)."""
+
+
+def appendable_points(folder: Path) -> int:
+    """Entries in the appendable segments' version logs of the shard at ``folder``: the
+    points written there since the last seal, flushed (a rewrite of a point counts again, as
+    :func:`after_upsert` counts it; writes still only in the WAL are not seen)."""
+    total = 0
+    for segment in (folder / "segments").glob("*/"):
+        if is_appendable(segment):
+            try:
+                total += (segment / APPENDABLE_VERSIONS).stat().st_size // 8
+            except OSError:
+                continue  # an empty appendable segment has no log yet
+    return total
 
 
 def seal(handle: Shard, name: str, folder: Path) -> float:

@@ -172,7 +172,7 @@ class EdgeStore(EdgeExtras):
             dimension, sparse = eq.read_config(folder, name)
             shard = self._load(folder, name, dimension, sparse)
             with _errors("load", name):
-                unsealed = es.unsealed_points(shard)
+                unsealed = es.unsealed_points(shard, folder)
             handle = self._shards[name] = _Shard(shard, dimension, sparse, unsealed=unsealed)
             return handle
 
