@@ -18,7 +18,7 @@ search by the owner shows they are found).
 
 ``--during-ingest``: then a second ``kbsync ingest`` adds at least ``--ingest-chunks``
 chunks (files of ~30 chunks, random modes too), enough for its writer to seal a segment
-(it counts from 0 at open, see ``serve_load.unsealed``: ``SEAL_EVERY`` chunks in). Once
+(see ``serve_load.unsealed`` for how the writer counts what it holds unsealed). Once
 ``serve`` has handed the store over, the three ways take turns, ``--rounds`` turns of
 ``--searches / --rounds`` searches a client (in process reads through the relay of the
 folder's holder then, as the owner's ``kbsync search`` does: never the folder, which would

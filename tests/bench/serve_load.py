@@ -178,11 +178,11 @@ def readable_ids(users: list[str], files: list[Path], root: Path) -> dict[str, s
 
 def unsealed(settings) -> tuple[int, int, int]:
     """``(points, points outside sealed segments, the writer's count of them)`` of the
-    collection (opens the store). The writer counts from ``points - indexed vectors`` at open
-    (``seal.unsealed_points``), and that engine count includes every sparse vector, sealed or
-    not: so its count starts at 0 (an ingest's first step seals an open segment already full,
-    its ``seal`` stage; a segment short of full then seals ``SEAL_EVERY`` points into the
-    run, whatever it held). The true figure here: the sealed segments' points on disk."""
+    collection (opens the store). The writer's count at open is ``seal.unsealed_points`` with
+    the shard folder: the larger of ``points - indexed vectors`` (which reads 0 on a hybrid
+    collection: the engine counts every sparse vector as indexed) and the appendable
+    segment's own version log; before that fix it started at 0. The true figure here: the
+    sealed segments' points on disk."""
     from kbsync.store import open_store
     from kbsync.store.edge.seals import sealed_segments
 
