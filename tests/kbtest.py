@@ -138,3 +138,46 @@ def fake_openai_settings(monkeypatch, home: Path, url: str, **extra: str) -> Non
                        "EMBED_MODEL": "fake-embedding", "EMBED_DIMENSIONS": "8",
                        **extra}.items():
         monkeypatch.setenv(f"KBSYNC_{key}", value)
+
+
+def recording_executor(ctx, **options):
+    """The in-process ingest executor (:class:`kbsync.ingest.executor.InProcess`, ``options``
+    passed on), recording each step it runs in ``ran`` (``here:NAME`` for those run in the
+    run's own step: :meth:`~kbsync.ingest.executor.Executor.here`), each root run in
+    ``roots`` and each namespace whose write lock it took in ``locked``; ``files_per_slice``
+    overrides the config's."""
+    from dataclasses import replace
+
+    from kbsync.ingest.executor import InProcess
+
+    class Recording(InProcess):
+        def __init__(self) -> None:
+            files_per_slice = options.pop("files_per_slice", None)
+            super().__init__(ctx, **options)
+            if files_per_slice is not None:
+                self.config = replace(self.config, files_per_slice=files_per_slice)
+            self.ran: list[str] = []
+            self.roots: list[str] = []
+            self.locked: list[str] = []
+
+        def call(self, step, *args, label=""):
+            self.ran.append(step.__name__)
+            return super().call(step, *args, label=label)
+
+        def submit(self, step, *args, label="", after=()):
+            self.ran.append(step.__name__)
+            return super().submit(step, *args, label=label, after=after)
+
+        def here(self, step, *args, label=""):
+            self.ran.append(f"here:{step.__name__}")
+            return super().here(step, *args, label=label)
+
+        def run_root(self, name, body):
+            self.roots.append(name)
+            return super().run_root(name, body)
+
+        def write_lock(self, namespace):
+            self.locked.append(namespace)
+            return super().write_lock(namespace)
+
+    return Recording()

@@ -11,39 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from kbtest import write_tree
+from kbtest import recording_executor, write_tree
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.executor import InProcess
 from kbsync.ingest.runner import IngestRequest, is_idle, run_ingest
 from kbsync.models import SyncMode
-
-
-class Watching(InProcess):
-    """The in-process executor, recording each step (``here:`` for those run in the run's
-    own step) and each root run."""
-
-    def __init__(self, ctx, files_per_slice: int | None = None) -> None:
-        super().__init__(ctx)
-        if files_per_slice is not None:
-            self.config = replace(self.config, files_per_slice=files_per_slice)
-        self.ran: list[str] = []
-        self.roots: list[str] = []
-
-    def call(self, step, *args, label=""):
-        self.ran.append(step.__name__)
-        return super().call(step, *args, label=label)
-
-    def submit(self, step, *args, label="", after=()):
-        self.ran.append(step.__name__)
-        return super().submit(step, *args, label=label, after=after)
-
-    def here(self, step, *args, label=""):
-        self.ran.append(f"here:{step.__name__}")
-        return super().here(step, *args, label=label)
-
-    def run_root(self, name, body):
-        self.roots.append(name)
-        return super().run_root(name, body)
 
 
 def _share(tmp_path, count: int = 2):
@@ -73,10 +44,10 @@ def _commits(runtime, monkeypatch) -> list[str]:
 
 def test_a_no_op_runs_no_root_run_and_writes_no_state(runtime, tmp_path, monkeypatch):
     request = IngestRequest(roots=(parse_root(str(_share(tmp_path))),), mode=SyncMode.FULL)
-    first = run_ingest(request, Watching(runtime))
+    first = run_ingest(request, recording_executor(runtime))
     assert first.added == 2
     wrote = _commits(runtime, monkeypatch)
-    executor = Watching(runtime)
+    executor = recording_executor(runtime)
     again = run_ingest(replace(request, run_id="second"), executor)
     assert executor.roots == []  # no root run: no subflow, no task per root or batch
     assert executor.ran == ["check_identity", "preflight", "record_identity", "check_collection",
@@ -91,9 +62,9 @@ def test_idle_slices_stay_in_the_run_and_the_first_with_work_goes_to_the_root_ru
         runtime, tmp_path):
     share = _share(tmp_path, 6)
     request = IngestRequest(roots=(parse_root(str(share)),))
-    assert run_ingest(request, Watching(runtime, files_per_slice=2)).added == 6
+    assert run_ingest(request, recording_executor(runtime, files_per_slice=2)).added == 6
     (share / "d4.md").write_text("# Doc 4\n\nbody 4, edited")
-    executor = Watching(runtime, files_per_slice=2)
+    executor = recording_executor(runtime, files_per_slice=2)
     again = run_ingest(replace(request, run_id="second"), executor)
     assert executor.roots == ["share"]
     # slices d0-d1 and d2-d3 are idle (planned and finished here); d4-d5 has work: its plan
@@ -109,14 +80,14 @@ def test_idle_slices_stay_in_the_run_and_the_first_with_work_goes_to_the_root_ru
 def test_a_touched_file_is_not_idle_its_stat_is_refreshed_in_the_root_run(runtime, tmp_path):
     share = _share(tmp_path)
     request = IngestRequest(roots=(parse_root(str(share)),))
-    run_ingest(request, Watching(runtime))
+    run_ingest(request, recording_executor(runtime))
     stat = (share / "d1.md").stat()
     os.utime(share / "d1.md", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    executor = Watching(runtime)
+    executor = recording_executor(runtime)
     again = run_ingest(replace(request, run_id="second"), executor)
     assert executor.roots == ["share"] and again.unchanged == 2
     # refreshed: the next run is idle again
-    executor = Watching(runtime)
+    executor = recording_executor(runtime)
     run_ingest(replace(request, run_id="third"), executor)
     assert executor.roots == []
 
@@ -124,9 +95,9 @@ def test_a_touched_file_is_not_idle_its_stat_is_refreshed_in_the_root_run(runtim
 def test_a_dry_run_of_a_changed_root_still_plans_in_the_root_run(runtime, tmp_path):
     share = _share(tmp_path)
     request = IngestRequest(roots=(parse_root(str(share)),))
-    run_ingest(request, Watching(runtime))
+    run_ingest(request, recording_executor(runtime))
     (share / "new.md").write_text("# New\n\nnew body")
-    executor = Watching(runtime)
+    executor = recording_executor(runtime)
     planned = run_ingest(replace(request, run_id="dry", dry_run=True), executor)
     assert executor.roots == ["share"] and planned.added == 1 and planned.unchanged == 2
 
@@ -142,5 +113,5 @@ def test_is_idle_reads_the_plan_only(runtime, tmp_path):
         return steps.plan(runtime, spec, "default", SyncMode.INCREMENTAL, False, (), (),
                           DeleteGuard())
     assert not is_idle(plan())  # nothing indexed yet: every file is new
-    run_ingest(IngestRequest(roots=(spec,)), Watching(runtime))
+    run_ingest(IngestRequest(roots=(spec,)), recording_executor(runtime))
     assert is_idle(plan())

@@ -15,13 +15,12 @@ import os
 from dataclasses import replace
 
 import pytest
-from kbtest import write_tree
+from kbtest import recording_executor, write_tree
 from kbsync.catalog import failed
 from kbsync.catalog.state import StateStore
 from kbsync.errors import ConversionTimeout, StoreUnavailable
 from kbsync.ingest import steps
 from kbsync.ingest.discover import parse_root
-from kbsync.ingest.executor import InProcess
 from kbsync.ingest.report import count_line
 from kbsync.ingest.runner import IngestRequest, run_ingest
 from kbsync.ingest.stages import StageResult, convert_stage
@@ -36,25 +35,8 @@ SHARE = {"good.md": "# Good\n\ngood text", "bad.pdf": "not a pdf at all",
 BAD = {"share/bad.pdf": "CorruptDocument", "share/key.md": "SecretDetected"}
 
 
-class Watching(InProcess):
-    """The in-process executor, recording each root run and each batch step."""
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self.roots: list[str] = []
-        self.batches = 0
-
-    def submit(self, step, *args, label="", after=()):
-        self.batches += step is steps.batch
-        return super().submit(step, *args, label=label, after=after)
-
-    def run_root(self, name, body):
-        self.roots.append(name)
-        return super().run_root(name, body)
-
-
 def _run(runtime, share, **options):
-    executor = Watching(runtime)
+    executor = recording_executor(runtime)
     request = IngestRequest(roots=(parse_root(str(share)),), **options)
     return run_ingest(request, executor).to_dict(), executor
 
@@ -78,7 +60,7 @@ def test_a_no_op_with_known_bad_files_converts_nothing_and_reports_them_again(
     caplog.set_level(logging.INFO, logger="kbsync")
     again, executor = _run(adapter_runtime, share, mode=SyncMode.FULL)
     # no conversion: no root run, no batch, no convert stage; nothing hashed
-    assert (executor.roots, executor.batches) == ([], 0)
+    assert (executor.roots, executor.ran.count("batch")) == ([], 0)
     assert "convert" not in again["stage_s"] and again["files_hashed"] == 0
     assert _failures(again) == _failures(first)  # the same doc_id, path, code and message
     assert (again["files_seen"], again["unchanged"], again["failed"],
@@ -97,11 +79,11 @@ def test_touching_a_known_bad_file_retries_it(runtime, tmp_path):
     stat = (share / "bad.pdf").stat()
     os.utime(share / "bad.pdf", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     again, executor = _run(runtime, share)
-    assert executor.batches == 1 and "convert" in again["stage_s"]
+    assert executor.ran.count("batch") == 1 and "convert" in again["stage_s"]
     assert (again["failed"], again["failed_remembered"]) == (2, 1)  # key.md remembered
     assert _remembered(runtime) == set(BAD)  # remembered anew, for its new mtime
     third, executor = _run(runtime, share)
-    assert (executor.batches, third["failed_remembered"]) == (0, 2)
+    assert (executor.ran.count("batch"), third["failed_remembered"]) == (0, 2)
 
 
 def test_fixing_a_known_bad_file_indexes_it_and_forgets_the_failure(adapter_runtime, tmp_path):
@@ -130,11 +112,11 @@ def test_force_retries_known_bad_files(runtime, tmp_path):
     write_tree(share, SHARE)
     first, _ = _run(runtime, share)
     forced, executor = _run(runtime, share, force=True)
-    assert executor.batches == 1 and "convert" in forced["stage_s"]
+    assert executor.ran.count("batch") == 1 and "convert" in forced["stage_s"]
     assert (forced["failed"], forced["failed_remembered"]) == (2, 0)
     assert _failures(forced) == _failures(first)
     again, executor = _run(runtime, share)  # failed again, so remembered again
-    assert (executor.batches, again["failed_remembered"]) == (0, 2)
+    assert (executor.ran.count("batch"), again["failed_remembered"]) == (0, 2)
 
 
 def test_a_settings_change_retries_known_bad_files(runtime, tmp_path):
@@ -145,7 +127,7 @@ def test_a_settings_change_retries_known_bad_files(runtime, tmp_path):
     assert [f["error"] for f in first["failures"]] == ["FileTooLarge"]
     assert _run(small, share)[0]["failed_remembered"] == 1
     again, executor = _run(runtime, share)  # the default limit (100 MB): a new key
-    assert (executor.batches, again["added"], again["failed"]) == (1, 1, 0)
+    assert (executor.ran.count("batch"), again["added"], again["failed"]) == (1, 1, 0)
     assert _remembered(runtime) == set()
 
 
@@ -159,7 +141,7 @@ def test_an_indexed_document_that_now_fails_keeps_its_points_and_is_remembered(
     for run in range(2):
         summary, executor = _run(runtime, share)
         assert [f["error"] for f in summary["failures"]] == ["EmptyDocument"]
-        assert (executor.batches, summary["failed_remembered"]) == (1 - run, run)
+        assert (executor.ran.count("batch"), summary["failed_remembered"]) == (1 - run, run)
         assert runtime.store.count(runtime.collection, flt) == 1  # the old version stays
     assert _remembered(runtime) == {"share/a.md"}
 

@@ -7,11 +7,10 @@ Prefect executor has its smoke test in ``tests/flows/test_ingest_flow.py``.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 
 import pytest
 
-from kbtest import write_tree
+from kbtest import recording_executor, write_tree
 from kbsync import api
 from kbsync.errors import EmbeddingOutage, LockHeld, StoreUnavailable, UsageError
 from kbsync.ingest import steps
@@ -21,32 +20,6 @@ from kbsync.catalog.lock import ingest_lock
 from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest, run_plain
 from kbsync.models import SyncMode
-
-
-class Recording(InProcess):
-    """The in-process executor, recording which steps ran and in which order."""
-
-    def __init__(self, ctx, **kwargs) -> None:
-        super().__init__(ctx, **kwargs)
-        self.ran: list[str] = []
-        self.locked: list[str] = []
-
-    def call(self, step, *args, label=""):
-        self.ran.append(step.__name__)
-        return super().call(step, *args, label=label)
-
-    def submit(self, step, *args, label="", after=()):
-        self.ran.append(step.__name__)
-        return super().submit(step, *args, label=label, after=after)
-
-    def here(self, step, *args, label=""):
-        self.ran.append(step.__name__)
-        return super().here(step, *args, label=label)
-
-    @contextmanager
-    def write_lock(self, namespace):
-        self.locked.append(namespace)
-        yield
 
 
 def _share(tmp_path, files=None):
@@ -59,25 +32,25 @@ def test_two_roots_with_one_name_are_refused_before_anything_runs(runtime, tmp_p
     one, two = tmp_path / "x" / "docs", tmp_path / "y" / "docs"
     write_tree(one, {"a.md": "a"})
     write_tree(two, {"b.md": "b"})
-    executor = Recording(runtime)
+    executor = recording_executor(runtime)
     with pytest.raises(UsageError, match="share a name"):
         run_ingest(IngestRequest(roots=(parse_root(str(one)), parse_root(str(two)))), executor)
     assert executor.ran == [] and executor.locked == []
 
 
 def test_steps_run_in_the_order_that_keeps_refusals_write_free(runtime, tmp_path):
-    executor = Recording(runtime)
+    executor = recording_executor(runtime)
     request = IngestRequest(roots=(parse_root(str(_share(tmp_path))),), mode=SyncMode.FULL)
     summary = run_ingest(request, executor)
     assert summary.added == 2 and executor.locked == ["default"]
     # seal_store (#23) runs after the checks and before the plan: what a store holds
     # unsealed is sealed once the run is known to write
     assert executor.ran == ["check_identity", "preflight", "record_identity", "check_collection",
-                            "seal_store", "plan", "batch", "finish_root"]
+                            "seal_store", "here:plan", "batch", "finish_root"]
 
 
 def test_a_dry_run_writes_nothing_not_even_the_collection(runtime, tmp_path):
-    executor = Recording(runtime)
+    executor = recording_executor(runtime)
     request = IngestRequest(roots=(parse_root(str(_share(tmp_path))),), dry_run=True)
     summary = run_ingest(request, executor)
     assert summary.added == 2 and summary.dry_run
