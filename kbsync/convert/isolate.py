@@ -13,7 +13,8 @@ worker is killed (or found dead) and replaced, and the file is reported with a t
 * the worker died (a signal such as SIGSEGV, or the kernel's OOM killer) -> ``CorruptDocument``
   ("converter crashed"): the file made a native library fail;
 * the worker was stopped by SIGTERM, SIGINT or SIGHUP (:data:`STOP_SIGNALS`: a cancelled run's
-  process group, a shutdown; kbsync itself kills only with SIGKILL) ->
+  process group, a shutdown; kbsync itself kills only with SIGKILL), or lost with its
+  forkserver (the same stop reaches it; the status is then unknown) ->
   ``ConversionInterrupted``, a transient kind: a sound file is never blamed for a stop, and the
   next run converts it again.
 
@@ -63,6 +64,43 @@ _RESERVE_BYTES = 4 * 2**20  # freed on MemoryError, so the worker can still repo
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 """Signals that stop a worker without saying anything about its file (kbsync sends none of
 them: its own kills are SIGKILL)."""
+
+
+FORKSERVER_LOST_EXIT = 255
+"""The exit status multiprocessing gives every worker once its forkserver is gone: a
+worker's status travels through the forkserver, and a cancelled run's SIGTERM to the
+process group stops the forkserver too, often before it passes the worker's on."""
+
+
+def _forkserver_pid() -> int | None:
+    """The pid of this process's forkserver now (``None``: none started)."""
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)  # noqa: SLF001 - no public API
+
+
+def _forkserver_exited(pid: int | None, settle_s: float = 1.0) -> bool:
+    """Whether the forkserver ``pid`` has exited (or is exiting: waited up to ``settle_s``,
+    as its pipes close before it becomes a zombie). Read from ``/proc``, never with
+    ``waitpid``, which would reap it under multiprocessing's feet. A file cannot stop the
+    forkserver, so a worker lost with it is not the file's fault. ``pid`` is the one the
+    worker came from: another thread's replacement may have started a new one since."""
+    if pid is None:
+        return False
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        except (OSError, IndexError):  # no /proc: the status stays the file's
+            return False
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., Document]) -> None:
@@ -151,6 +189,7 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, memory_mb, target), daemon=True)
         self.process.start()
+        self.forkserver_pid = _forkserver_pid()  # the one it was forked from, just started
         child.close()
         self.tasks = 0
         try:
@@ -257,12 +296,16 @@ class IsolatedConverter:
         except (EOFError, OSError) as exc:  # the worker died mid-file
             worker.process.join(1)
             code = worker.process.exitcode
+            stopped = code is not None and code < 0 and -code in STOP_SIGNALS
+            lost = code == FORKSERVER_LOST_EXIT and _forkserver_exited(worker.forkserver_pid)
             self._replace(worker)
             if code == OOM_EXIT:
                 raise self._memory_error(name) from exc
-            if code is not None and code < 0 and -code in STOP_SIGNALS:
+            if stopped or lost:
+                how = (_describe_exit(code) if stopped else
+                       "its forkserver was stopped, so its exit status is unknown")
                 raise ConversionInterrupted(
-                    f"{name}: conversion interrupted ({_describe_exit(code)}: the run or the "
+                    f"{name}: conversion interrupted ({how}: the run or the "
                     "machine is stopping, not a fault of the file); the next run converts it "
                     "again") from exc
             raise CorruptDocument(f"{name}: converter crashed ({_describe_exit(code)})") from exc

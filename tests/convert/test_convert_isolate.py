@@ -27,6 +27,15 @@ def misbehaving_convert(path: Path, *, doc_id: str, max_bytes: int) -> Document:
     if path.name.startswith("stop-"):  # stop-SIGTERM.txt: a stop signal, as a cancelled run's
         os.kill(os.getpid(), signal.Signals[path.stem.removeprefix("stop-")])
         time.sleep(5)  # the signal lands first
+    if path.name == "group-stop.txt":  # a stop of the process group that lands on the
+        os.kill(os.getppid(), signal.SIGTERM)  # forkserver (the worker's parent) first
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    if path.name == "late-stop.txt":  # the same stop, reaching a second worker later
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
     if path.name == "balloon.txt":
         hog = bytearray(3 * 2**30)  # over the 1.5 GiB address-space limit below
         del hog
@@ -75,6 +84,32 @@ def test_a_stop_signal_is_an_interruption_not_a_corrupt_file(pool: IsolatedConve
     assert isinstance(info.value, TransientError) and not isinstance(info.value, CorruptDocument)
     assert "next run converts it again" in str(info.value)
     assert pool.convert(write("ok.txt", "after a stop"), doc_id="t").markdown == "after a stop"
+
+
+def test_a_worker_lost_with_its_stopped_forkserver_is_an_interruption(pool: IsolatedConverter,
+                                                                      write) -> None:
+    # A cancelled deployment run: the SIGTERM to the process group stopped the forkserver
+    # before it passed the worker's status on (multiprocessing then says 255), and the sound
+    # file was remembered as "CorruptDocument: converter crashed", never to be retried.
+    with pytest.raises(ConversionInterrupted, match="forkserver was stopped") as info:
+        pool.convert(write("group-stop.txt", "a sound file"), doc_id="t")
+    assert not isinstance(info.value, CorruptDocument)
+    # The pool starts a new forkserver and goes on.
+    assert pool.convert(write("ok.txt", "after the group stop"), doc_id="t").markdown == \
+        "after the group stop"
+
+
+def test_every_worker_lost_with_the_stopped_forkserver_is_an_interruption(write) -> None:
+    # Two files in flight: the first loss starts a new forkserver; the second worker came
+    # from the old one, and its loss is judged by that one, not by the new.
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = [write("group-stop.txt", "a sound file"), write("late-stop.txt", "another")]
+    with IsolatedConverter(workers=2, timeout_s=10, target=misbehaving_convert) as pool, \
+            ThreadPoolExecutor(2) as threads:
+        futures = [threads.submit(pool.convert, path, doc_id=path.name) for path in files]
+        errors = [future.exception() for future in futures]
+        assert all(isinstance(error, ConversionInterrupted) for error in errors), errors
 
 
 def test_memory_limit(pool: IsolatedConverter, write) -> None:

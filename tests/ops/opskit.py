@@ -66,6 +66,16 @@ class Stack:
     def artifacts(self, run_ids: list[str]) -> list[dict]:
         return self.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": run_ids}}})
 
+    def story(self, run_id: str) -> str:
+        """What an operator would read of a run and its subflows: WARNING and ERROR log
+        lines, and the artifacts (for an assertion's message)."""
+        ids = [run_id] + [c["id"] for c in self.children(run_id)]
+        logs = self.post("/logs/filter", {"logs": {"flow_run_id": {"any_": ids},
+                                                   "level": {"ge_": 30}}, "limit": 50})
+        lines = [f"{entry['level']} {entry['message']}" for entry in logs]
+        lines += [f"artifact {a['key']}:\n{a['data']}" for a in self.artifacts(ids)]
+        return "\n".join(lines)
+
 
 def make_share(path: Path, files: dict[str, bytes | str]) -> Path:
     """A folder holding ``files`` (name -> text or bytes), made fresh."""

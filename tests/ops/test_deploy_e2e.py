@@ -190,7 +190,7 @@ def test_cancelled_backfill_keeps_the_index_consistent_and_the_next_run_finishes
 
     again = cli(stack, "deployment", "run", "ingest/backfill", "--param", roots,
                 "--param", "namespace=cancel", "--watch", "--watch-timeout", "180", timeout=240)
-    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.returncode == 0, again.stdout + stack.story(_run_id(again.stdout))
     summary = {a["key"]: a for a in stack.artifacts([_run_id(again.stdout)])}
     metrics = _metrics(summary["kbsync-ingest-cancel"]["data"])
     # Documents committed before the cancel are unchanged, the rest are added; nothing lost.
