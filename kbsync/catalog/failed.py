@@ -25,7 +25,9 @@ Invariants (a crash anywhere costs at worst one conversion more, never a wrong s
   when the root finishes (:func:`kbsync.ingest.steps.finish_root`), unless the run's
   ``--include``/``--exclude`` left part of the root unlooked at;
 - a file indexed before keeps its points and record when it now fails, as any failure;
-- ``kbsync remove`` of a share or a namespace deletes its records (:func:`forget_all`).
+- ``kbsync remove`` of a share or a namespace deletes its records (:func:`forget_all`);
+- every write of a record deletes the chunk totals of its roots first, whose kept listing
+  stands for the remembered failures of a clean run (:mod:`kbsync.ingest.listing`).
 
 Full mode (the nightly mirror) does not retry them: it differs from incremental mode only in
 what it deletes. ``--force`` retries every one.
@@ -108,14 +110,23 @@ def load(states: StateStore, namespace: str, root: str) -> dict[str, RememberedF
 
 
 def remember(states: StateStore, namespace: str, records: Iterable[RememberedFailure]) -> None:
-    """Keep ``records`` (each replaces the doc's earlier one)."""
+    """Keep ``records`` (each replaces the doc's earlier one). Their roots' chunk totals
+    go first: a root's kept listing stands for its remembered failures too
+    (:mod:`kbsync.ingest.listing`)."""
+    records = list(records)
+    for root in sorted({r.root for r in records}):
+        states.forget_chunk_totals(namespace, root)
     for record in records:
         states.write_meta(FAILED_FILE, (namespace, record.failure.doc_id),
                           record.to_payload(namespace))
 
 
 def forget(states: StateStore, namespace: str, doc_ids: Iterable[str]) -> None:
-    """Delete the remembered failures of ``doc_ids`` (those without one: nothing)."""
+    """Delete the remembered failures of ``doc_ids`` (those without one: nothing), after
+    the namespace's chunk totals (a doc_id does not name its root), as :func:`remember`."""
+    doc_ids = list(doc_ids)
+    if doc_ids:
+        states.forget_chunk_totals(namespace)
     states.forget_meta(FAILED_FILE, [(namespace, doc_id) for doc_id in doc_ids])
 
 
@@ -124,6 +135,7 @@ def forget_all(states: StateStore, namespace: str, root: str | None = None) -> N
     ``namespace``: what removing a share or a namespace does (:mod:`kbsync.ingest.remove`)."""
     if states.store.collection_dimension(states.collection) is None:
         return
+    states.forget_chunk_totals(namespace, root)
     states.store.delete(states.collection, Filter.where(
         doc_id=f"<kbsync:{FAILED_FILE}>", **{META_KEY: FAILED_FILE}, failed_namespace=namespace,
         **({"failed_root": root} if root is not None else {})))

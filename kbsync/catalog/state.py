@@ -38,13 +38,16 @@ namespace-filtered read skips them; whoever scrolls the whole collection skips
 CHUNK_TOTAL = "chunk-total"
 """Meta kind holding a (namespace, root)'s ``documents`` and summed ``chunk_count``, so a
 run's store check (:func:`kbsync.catalog.checks.check_root`) need not read every record.
+It also keeps the root's listing as a clean run saw it (:mod:`kbsync.ingest.listing`).
 
-Invariant: a root's record exists only while its sum is that of the root's records. Every
-write of document records through this class deletes the totals of their roots first
-(:meth:`StateStore.commit`, :meth:`StateStore.remove`), a root's run writes it anew after
-its last commit (:meth:`StateStore.keep_chunk_total`), and a reader trusts it only while
-the root's records number its ``documents`` (a removal by filter), and only to confirm a
-match (:meth:`StateStore.chunk_total`)."""
+Invariant: a root's record exists only while its sum is that of the root's records, and
+while its records and remembered failures are those its listing's run compared. Every write
+of document records through this class deletes the totals of their roots first
+(:meth:`StateStore.commit`, :meth:`StateStore.remove`), as does every write of a remembered
+failure (:mod:`kbsync.catalog.failed`); a root's run writes it anew after its last commit
+(:meth:`StateStore.keep_chunk_total`), and a reader trusts it only while the root's records
+number its ``documents`` (a removal by filter), and its sum only to confirm a match
+(:meth:`StateStore.chunk_total`)."""
 
 
 def is_meta(payload: Mapping[str, Any]) -> bool:
@@ -158,12 +161,10 @@ class StateStore:
         """
         if self._store.collection_dimension(self._collection) is None:
             return 0, 0
+        record = self.kept_total(namespace, root) if kept else None
+        if record is not None:
+            return int(record["documents"]), int(record["chunks"])
         flt = Filter.where(namespace=namespace, root=root)
-        if kept:
-            for record in self.read_meta(CHUNK_TOTAL, total_namespace=namespace,
-                                         total_root=root):
-                if record.get("documents") == self._store.count(self._collection, flt):
-                    return int(record["documents"]), int(record["chunks"])
         documents = chunks = 0
         for point in self._store.scroll(self._collection, flt):
             if not is_meta(point.payload):
@@ -171,19 +172,36 @@ class StateStore:
                 chunks += int(point.payload.get("chunk_count") or 0)
         return documents, chunks
 
-    def keep_chunk_total(self, namespace: str, root: str) -> bool:
+    def kept_total(self, namespace: str, root: str) -> dict[str, Any] | None:
+        """The :data:`CHUNK_TOTAL` record of ``root`` while the root's records still number
+        its ``documents`` (one meta read, one index count), else ``None``."""
+        if self._store.collection_dimension(self._collection) is None:
+            return None
+        flt = Filter.where(namespace=namespace, root=root)
+        for record in self.read_meta(CHUNK_TOTAL, total_namespace=namespace, total_root=root):
+            if record.get("documents") == self._store.count(self._collection, flt):
+                return record
+        return None
+
+    def keep_chunk_total(self, namespace: str, root: str,
+                         listing: Mapping[str, Any] | None = None) -> bool:
         """Write the :data:`CHUNK_TOTAL` record of ``root`` when it has none (counted from
-        its records); True when one was written. Call it only when no write to the root's
-        records is in flight (a root's run, after its last commit): a commit between the
-        count and the write would leave a stale total."""
+        its records), or to give it ``listing`` (the marks of a clean run,
+        :mod:`kbsync.ingest.listing`); True when one was written. Call it only when no write
+        to the root's records is in flight (a root's run, after its last commit): a commit
+        between the count and the write would leave a stale total."""
         if self._store.collection_dimension(self._collection) is None:
             return False
-        if self.read_meta(CHUNK_TOTAL, total_namespace=namespace, total_root=root):
+        record = self.kept_total(namespace, root)
+        if record is not None and (listing is None or record.get("listing") == listing):
             return False
-        documents, chunks = self.chunk_total(namespace, root, kept=False)
-        self.write_meta(CHUNK_TOTAL, (namespace, root), {
-            "total_namespace": namespace, "total_root": root, "documents": documents,
-            "chunks": chunks})
+        documents, chunks = ((int(record["documents"]), int(record["chunks"])) if record
+                             else self.chunk_total(namespace, root, kept=False))
+        payload: dict[str, Any] = {"total_namespace": namespace, "total_root": root,
+                                   "documents": documents, "chunks": chunks}
+        if listing is not None:
+            payload["listing"] = dict(listing)
+        self.write_meta(CHUNK_TOTAL, (namespace, root), payload)
         return True
 
     def forget_chunk_totals(self, namespace: str, root: str | None = None) -> None:

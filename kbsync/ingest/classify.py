@@ -156,18 +156,22 @@ class _Memory:
             return False
         plan.failures.append(record.failure)
         plan.remembered += 1
-        failure = record.failure
-        # INFO: the run's report already gives every failed file its one WARNING line,
-        # and its count line says how many were remembered and that --force retries them
-        log.info("%s: %s, unchanged since it failed at %s: not converted again "
-                    "(`kbsync ingest --force` retries it): %s", failure.doc_id,
-                    failure.error.value, record.failed_at or "an earlier run",
-                    short_message(failure.to_dict(), None))
+        log_failed_again(record)
         return True
 
     def stale(self, doc_id: str) -> bool:
         """Whether ``doc_id`` has a record that no longer holds (the file goes on)."""
         return doc_id in self.records
+
+
+def log_failed_again(record: RememberedFailure) -> None:
+    """The INFO line of a file failed again unconverted: the run's report already gives
+    every failed file its one WARNING line, and its count line says how many were
+    remembered and that --force retries them."""
+    failure = record.failure
+    log.info("%s: %s, unchanged since it failed at %s: not converted again "
+             "(`kbsync ingest --force` retries it): %s", failure.doc_id, failure.error.value,
+             record.failed_at or "an earlier run", short_message(failure.to_dict(), None))
 
 
 def _hashed(source: SourceFile, plan: Plan) -> SourceFile | None:

@@ -7,29 +7,23 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from kbsync.errors import ErrorCode, MassDeleteRefused
+from kbsync.ingest.deletions import DeleteGuard, Scope, deletable
 from kbsync.ingest.discover import drop_ambiguous
 from kbsync.ingest.classify import Plan, PlanItem, plan_files
 from kbsync.ingest.context import IngestContext
-from kbsync.ingest.walk import (Discovery, WalkCursor, WalkRules, filtered_out, iter_files,
+from kbsync.ingest.listing import (SliceMark, kept_marks, listing_key, listing_payload,
+                                   slice_digest, slice_is_clean, unchanged_plan)
+from kbsync.ingest.walk import (Discovery, WalkCursor, WalkRules, iter_files,
                                 log_unlogged)
 from kbsync.catalog import failed
 from kbsync.catalog.checks import StoreCheck, check_root, damaged_documents
 from kbsync.models import DocState, Failure, PlanAction, RootSpec, SourceFile, SyncMode, display_path
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DeleteGuard:
-    """Limits on what full mode may delete from one root."""
-
-    allow_mass_delete: bool = False
-    max_delete_fraction: float = 0.5
 
 
 @dataclass
@@ -40,7 +34,9 @@ class PlanCursor:
 
     ``check`` and ``damaged`` come from the first slice (the store check over the root's
     records, streamed); ``documents_before``: how many records the root had then;
-    ``matched``: how many of them were files the slices planned."""
+    ``matched``: how many of them were files the slices planned. ``marks``: the slices of
+    the root's last clean run (:mod:`kbsync.ingest.listing`), read with the check;
+    ``listing``: this run's, one a slice; ``clean``: every slice so far was."""
 
     walk: WalkCursor
     check: StoreCheck
@@ -51,6 +47,9 @@ class PlanCursor:
     new: int = 0
     problems: list[Failure] = field(default_factory=list)
     seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    marks: tuple[SliceMark, ...] | None = None
+    listing: list[SliceMark] = field(default_factory=list)
+    clean: bool = True
 
 
 @dataclass
@@ -63,7 +62,7 @@ class RootPlan:
     items, the documents the run deletes (``to_delete``: in full mode those whose file is
     gone, unless the run's ``include``/``exclude`` filters leave them out (``kept_excluded``);
     in any mode those reached through a link that now leads out of the root,
-    :func:`_deletable`), and the root's warnings.
+    :func:`kbsync.ingest.deletions.deletable`), and the root's warnings.
 
     ``discovery.files`` is emptied once the plan is made (:func:`plan_root`): every file
     is then in ``plan`` (with its hash) or in ``plan.failures``, and the run holds one
@@ -85,6 +84,8 @@ class RootPlan:
     filtered: bool = False
     # the last slice: remembered failures of files the walk no longer sees (finish forgets them)
     forget_failures: list[str] = field(default_factory=list)
+    # the last slice of a clean root: its listing, kept for the next run (kbsync.ingest.listing)
+    listing: dict | None = None
 
     def to_process(self) -> list:
         """New and changed items, in doc_id order."""
@@ -116,21 +117,31 @@ def plan_root(
             than ``guard.max_delete_fraction`` of its documents without
             ``guard.allow_mass_delete``.
     """
+    fkey = failed.failure_key(runtime.fingerprint, runtime.ocr_key,
+                              runtime.config.max_file_bytes)
+    key = listing_key(root, fkey, limit)
     # A copy: the caller may still hold (and pickle) the previous slice, whose cursor this is.
-    cursor = _copied(cursor) if cursor is not None else _first_cursor(root, runtime, namespace)
+    cursor = (_copied(cursor) if cursor is not None
+              else _first_cursor(root, runtime, namespace, key))
     found = Discovery(root=root, problem_counts=cursor.walk.problem_counts)
     walked = iter_files(found, WalkRules(runtime.accepts, include, exclude),
                         after=cursor.walk.after or None, visited=cursor.walk.visited)
     files, more = _take(walked, limit)
     files = drop_ambiguous(found, files)
-    states = runtime.states.load_docs(namespace, [f.doc_id for f in files])
     remembered = failed.load(runtime.states, namespace, root.name)
-    plan = plan_files(files, states, fingerprint=runtime.fingerprint, ocr_key=runtime.ocr_key,
-                      force=force, repair=cursor.damaged, remembered=remembered,
-                      failure_key=failed.failure_key(runtime.fingerprint, runtime.ocr_key,
-                                                     runtime.config.max_file_bytes))
+    mark = SliceMark(files[0].doc_id if files else "", len(files), slice_digest(files), 0)
+    kept = None if force else _kept_mark(mark, found, cursor)
+    plan = unchanged_plan(files, remembered, fkey) if kept is not None else None
+    if kept is None or plan is None:  # planned from the slice's records
+        states = runtime.states.load_docs(namespace, [f.doc_id for f in files])
+        plan = plan_files(files, states, fingerprint=runtime.fingerprint,
+                          ocr_key=runtime.ocr_key, force=force, repair=cursor.damaged,
+                          remembered=remembered, failure_key=fkey)
+        kept = replace(mark, matched=len(states))
+    cursor.listing.append(kept)
+    cursor.clean = cursor.clean and slice_is_clean(plan, len(found.problems))
     result = RootPlan(root=root, discovery=found, plan=plan, filtered=bool(include or exclude))
-    _advance(cursor, result, files, matched=len(states))
+    _advance(cursor, result, files, matched=kept.matched)
     found.files = []  # the plan holds them now, hashed: a root's run keeps one copy, not two
     if more:
         result.cursor = cursor
@@ -141,29 +152,52 @@ def plan_root(
     if remembered and not result.filtered:  # a filter leaves files unlooked at, not gone
         present = np.isin(doc_digests(remembered), cursor.seen)
         result.forget_failures = [d for d, there in zip(remembered, present) if not there]
+    if (cursor.clean and not force and not result.filtered and not result.warnings
+            and not result.plan.of(PlanAction.MISSING) and not result.forget_failures):
+        result.listing = listing_payload(key, cursor.listing)
     return result
+
+
+def _kept_mark(mark: SliceMark, found: Discovery, cursor: PlanCursor) -> SliceMark | None:
+    """The kept mark of this slice when the slice is as the root's last clean run saw it
+    (:mod:`kbsync.ingest.listing`): the same files, no discovery problem, no drift."""
+    index = len(cursor.listing)
+    kept = cursor.marks[index] if cursor.marks and index < len(cursor.marks) else None
+    if (kept is None or (kept.first, kept.files, kept.digest) != (mark.first, mark.files,
+                                                                   mark.digest)
+            or found.problems or not cursor.check.matches or cursor.damaged):
+        return None
+    return kept
 
 
 def _copied(cursor: PlanCursor) -> PlanCursor:
     """``cursor`` with its own containers, to advance without touching the original."""
     walk = WalkCursor(after=cursor.walk.after, visited=set(cursor.walk.visited),
                       problem_counts=dict(cursor.walk.problem_counts))
-    return replace(cursor, walk=walk, problems=list(cursor.problems))
+    return replace(cursor, walk=walk, problems=list(cursor.problems),
+                   listing=list(cursor.listing))
 
 
-def _first_cursor(root: RootSpec, runtime: IngestContext, namespace: str) -> PlanCursor:
-    """The cursor of a root's first slice: the store check over its records (streamed),
-    and, where it fails, the documents whose points differ from their record."""
-    check = check_root(runtime.store, runtime.collection, namespace, root.name,
-                       runtime.states.chunk_total(namespace, root.name), warn=False)
+def _first_cursor(root: RootSpec, runtime: IngestContext, namespace: str,
+                  key: str) -> PlanCursor:
+    """The cursor of a root's first slice: the store check over its records (streamed, or
+    the kept total), the kept listing (under ``key``) and, where the check fails, the
+    documents whose points differ from their record."""
+    kept = runtime.states.kept_total(namespace, root.name)
+    total = ((int(kept["documents"]), int(kept["chunks"])) if kept is not None
+             else runtime.states.chunk_total(namespace, root.name, kept=False))
+    check = check_root(runtime.store, runtime.collection, namespace, root.name, total,
+                       warn=False)
     if not check.matches:  # a kept total only confirms a match: drift is told by the records
+        kept = None
         check = check_root(runtime.store, runtime.collection, namespace, root.name,
                            runtime.states.chunk_total(namespace, root.name, kept=False))
     damaged: frozenset[str] = frozenset()
     if not check.matches:  # rare: only then are the root's records held, once
         damaged = frozenset(damaged_documents(runtime.store, runtime.collection, namespace,
                                               runtime.states.load(namespace, root.name)))
-    return PlanCursor(walk=WalkCursor(after=""), check=check, damaged=damaged)
+    return PlanCursor(walk=WalkCursor(after=""), check=check, damaged=damaged,
+                      marks=kept_marks(kept, key))
 
 
 def _take(files: Iterator[SourceFile], limit: int | None) -> tuple[list[SourceFile], bool]:
@@ -202,15 +236,6 @@ def doc_digests(doc_ids: Iterable[str]) -> np.ndarray:
                                        .digest(), "little") for d in doc_ids), dtype=np.uint64)
 
 
-@dataclass(frozen=True)
-class Scope:
-    """What full mode may delete from a root: under ``guard``, and only documents whose
-    path the run's filters (``rules``: include/exclude only) let the walk see."""
-
-    guard: DeleteGuard
-    rules: WalkRules
-
-
 def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestContext,
                       namespace: str, mode: SyncMode, scope: Scope) -> None:
     """The last slice: the root's missing documents, its warnings, what it deletes."""
@@ -221,7 +246,7 @@ def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestConte
     if not cursor.files and not cursor.ignored:
         result.warnings.append(f"root {result.root.name} ({display_path(result.root.path)}) "
                                "holds no files")
-    result.to_delete = _deletable(result, scope, cursor, mode)
+    result.to_delete = deletable(result, scope, cursor, mode)
 
 
 def _missing(runtime: IngestContext, namespace: str, root: RootSpec,
@@ -290,7 +315,7 @@ def preflight_root(
                         check=StoreCheck(namespace, runtime.collection, documents, 0, 0))
     plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for s in missing])
     scope = Scope(guard, WalkRules(include=include, exclude=exclude))
-    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), scope, cursor,
+    return len(deletable(RootPlan(root=root, discovery=found, plan=plan), scope, cursor,
                           SyncMode.FULL))
 
 
@@ -303,102 +328,5 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
             chunk = []
     if chunk:
         yield chunk
-
-
-def _deletable(result: RootPlan, scope: Scope, cursor: PlanCursor,
-               mode: SyncMode) -> list[str]:
-    """The doc_ids to delete from the root, and why the other missing ones stay.
-
-    Invariant: a document is deleted only when discovery saw its file is gone (full
-    mode, under the guard) or that its path now leads out of the root through a link (any
-    mode: the share no longer holds it, and what the link leads to must not stay
-    indexed). A document discovery could not read (an entry it could not stat, a folder
-    it could not list or enter) is never deleted: it is kept and named in one warning.
-    Nor is one the run's include/exclude filters leave out (full mode counts it in
-    ``kept_excluded``, one warning): the walk never looked at its file.
-    """
-    escaped, unreadable, gone = triage_missing(result, cursor.problems)
-    result.escaped, result.kept_unreadable = escaped, unreadable
-    if unreadable:
-        result.warnings.append(
-            f"root {result.root.name}: {len(unreadable)} documents could not be read and were "
-            f"kept as indexed, not deleted: {_named(unreadable)}")
-    if escaped:
-        result.warnings.append(
-            f"root {result.root.name}: {len(escaped)} documents now lead outside the root "
-            f"through a link and are deleted from the index: {_named(escaped)}")
-    if mode is not SyncMode.FULL:
-        return escaped
-    gone, result.kept_excluded = _outside_filters(result.root, gone, scope.rules)
-    if result.kept_excluded:
-        result.warnings.append(
-            f"root {result.root.name}: {len(result.kept_excluded)} documents are left out by "
-            f"--include/--exclude and were kept, not deleted (full mode deletes only documents "
-            f"whose files the filters let it see are gone): {_named(result.kept_excluded)}")
-    return sorted(escaped + _guarded(result, gone, scope.guard, cursor))
-
-
-def _outside_filters(root: RootSpec, doc_ids: list[str], rules: WalkRules
-                     ) -> tuple[list[str], list[str]]:
-    """``doc_ids`` split into (inside the run's filters, left out by them), in order."""
-    if not rules.include and not rules.exclude:
-        return doc_ids, []
-    inside: list[str] = []
-    outside: list[str] = []
-    prefix = len(root.name) + 1  # doc_id = NAME/rel
-    for doc_id in doc_ids:
-        (outside if filtered_out(doc_id[prefix:], rules) else inside).append(doc_id)
-    return inside, outside
-
-
-def triage_missing(result: RootPlan, problems: Sequence[Failure]
-                   ) -> tuple[list[str], list[str], list[str]]:
-    """The plan's missing doc_ids as (escaped, unreadable, gone), each in doc_id order.
-
-    ``escaped``: at or under a link discovery found leading out of the root;
-    ``unreadable``: at or under an entry discovery could not read; ``gone``: the rest,
-    whose file discovery saw is not there (the only ones full mode may delete as missing).
-    """
-    kinds: dict[str, str] = {}
-    for problem in problems:  # the whole root's (a slice's discovery has its range's only)
-        kind = "escaped" if problem.error == ErrorCode.SymlinkOutsideRoot else "unreadable"
-        if kinds.get(problem.doc_id) != "unreadable":  # unreadable wins: it may be there
-            kinds[problem.doc_id] = kind
-    out: dict[str, list[str]] = {"escaped": [], "unreadable": [], "gone": []}
-    for item in result.plan.of(PlanAction.MISSING):
-        parts = item.doc_id.split("/")
-        found = {kinds.get("/".join(parts[:n])) for n in range(1, len(parts) + 1)} - {None}
-        kind = "unreadable" if "unreadable" in found else ("escaped" if found else "gone")
-        out[kind].append(item.doc_id)
-    return out["escaped"], out["unreadable"], out["gone"]
-
-
-def _named(doc_ids: Sequence[str], shown: int = 5) -> str:
-    more = f" and {len(doc_ids) - shown} more" if len(doc_ids) > shown else ""
-    return ", ".join(doc_ids[:shown]) + more
-
-
-def _guarded(result: RootPlan, deletable: list[str], guard: DeleteGuard,
-             cursor: PlanCursor) -> list[str]:
-    """``deletable`` (files seen gone), unless full mode's mass-delete guard refuses.
-
-    Raises:
-        MassDeleteRefused: see :func:`plan_root`.
-    """
-    if not deletable or guard.allow_mass_delete:
-        return deletable
-    name, known = result.root.name, cursor.check.documents
-    if not cursor.files:
-        raise MassDeleteRefused(
-            f"root {name} ({display_path(result.root.path)}) holds no files; full mode would "
-            f"delete all {len(deletable)} of its documents. Nothing was deleted. Check the share "
-            "is mounted, or pass --allow-mass-delete.")
-    fraction = len(deletable) / max(known, 1)
-    if fraction > guard.max_delete_fraction:
-        raise MassDeleteRefused(
-            f"full mode would delete {len(deletable)} of {known} documents of root {name} "
-            f"({fraction:.0%} > {guard.max_delete_fraction:.0%}). Nothing was deleted. Pass "
-            "--allow-mass-delete or raise --max-delete-fraction.")
-    return deletable
 
 

@@ -189,7 +189,8 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> tuple[int, 
     deletes (its last slice's ``to_delete``); after the root's last slice of a run that
     looked at all of it, record that its documents carry their permissions
     (:func:`kbsync.catalog.access.mark_captured`), and keep its chunk total for the next
-    run's check (:meth:`kbsync.catalog.state.StateStore.keep_chunk_total`); forget the
+    run's check (:meth:`kbsync.catalog.state.StateStore.keep_chunk_total`), with the
+    root's listing when the run found it clean (:mod:`kbsync.ingest.listing`); forget the
     remembered failures of files the walk no longer sees (:mod:`kbsync.catalog.failed`). Returns
     ``(deleted, permissions_updated)``."""
     moved = room.finish_unchanged(rp, ctx, namespace)
@@ -199,7 +200,7 @@ def finish_root(ctx: IngestContext, rp: RootPlan, namespace: str) -> tuple[int, 
     if rp.cursor is None and not rp.filtered and not _captured(ctx, namespace, rp.root.name):
         mark_captured(ctx.states, namespace, rp.root.name)  # once: a no-op writes nothing
     if rp.cursor is None:  # after the root's last commit; a no-op finds it kept
-        ctx.states.keep_chunk_total(namespace, rp.root.name)
+        ctx.states.keep_chunk_total(namespace, rp.root.name, rp.listing)
     return deleted, moved
 
 

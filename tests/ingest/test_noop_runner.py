@@ -55,7 +55,12 @@ def test_a_no_op_runs_no_root_run_and_writes_no_state(runtime, tmp_path, monkeyp
     assert (again.files_seen, again.unchanged, again.added, again.updated, again.deleted) == \
         (2, 2, 0, 0, 0)
     assert again.roots == ["share"] and again.failed == 0
-    assert wrote == []  # the capture mark is written once, by the first run
+    # the capture mark is written once, by the first run; the first no-op keeps the root's
+    # listing (kbsync.ingest.listing), one record, and the next no-op writes nothing at all
+    assert wrote == ["meta"]
+    wrote.clear()
+    third = run_ingest(replace(request, run_id="third"), recording_executor(runtime))
+    assert (third.unchanged, third.failed) == (2, 0) and wrote == []
 
 
 def test_idle_slices_stay_in_the_run_and_the_first_with_work_goes_to_the_root_run(
