@@ -100,9 +100,14 @@ def _floor(work: Path, api: str) -> tuple[float, float]:
 
 
 def _check_noop(summary: dict) -> None:
-    if summary["added"] or summary["updated"] or summary["deleted"] or summary["failed"] or \
-            summary["unchanged"] != summary["files_seen"]:
-        keys = ("added", "updated", "deleted", "failed", "unchanged", "files_seen")
+    """Nothing added, updated or deleted; every file unchanged or a remembered failure
+    (a file that fails for its own bytes, reported again and not converted)."""
+    remembered = summary.get("failed_remembered", 0)
+    if summary["added"] or summary["updated"] or summary["deleted"] or \
+            summary["failed"] != remembered or \
+            summary["unchanged"] + remembered != summary["files_seen"]:
+        keys = ("added", "updated", "deleted", "failed", "failed_remembered", "unchanged",
+                "files_seen")
         raise SystemExit(f"not a no-op: { {k: summary[k] for k in keys} }")
 
 
