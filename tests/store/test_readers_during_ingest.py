@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from kbsync.settings import Settings
 from kbsync.store import open_store
 from kbsync.store.base import Point
 from kbsync.store.edge.relay import PROTOCOL_VERSION, recv_frame, send_frame, socket_path
-from kbsync.store.edge.relay_client import RelayStore
+from kbsync.store.edge.relay_client import CONNECTIONS, RelayStore
 from kbtest import hash_env, write_tree
 
 KBSYNC = str(Path(sys.executable).with_name("kbsync"))
@@ -148,6 +149,40 @@ def test_relay_store_refuses_writes_and_reopens_when_the_ingest_ends(home, write
     finally:
         store.close()
     assert open_store(_settings(home)).__class__.__name__ == "EdgeStore"
+
+
+def test_calls_from_several_threads_go_out_side_by_side(home, writer):
+    """One RelayStore shared by threads (``kbsync serve`` during an ingest) opens up to
+    ``CONNECTIONS`` connections, every call answered; once the ingest ends the next call
+    opens the folder and every connection is closed."""
+    store = open_store(_settings(home))
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    def reader(n: int) -> None:
+        try:
+            for i in range(25):
+                hits = store.search("kbsync", [float((n + i) % 7 + 1)] * 384, limit=3)
+                assert len(hits) == 3
+                assert store.count("kbsync") >= FILES
+                seen.append(store.connections)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    try:
+        assert isinstance(store, RelayStore)
+        threads = [threading.Thread(target=reader, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors, errors
+        assert 1 < max(seen) <= CONNECTIONS
+        assert writer.proc.poll() is None
+        writer.finish()
+        assert store.count("kbsync") >= FILES  # the folder itself now
+        assert store.connections == 0
+    finally:
+        store.close()
 
 
 def _freeze(pid: int) -> None:

@@ -38,6 +38,11 @@ CONNECT_TIMEOUT_S = 2.0
 CALL_TIMEOUT_S = 30.0
 """Longest wait for one answer: an ingest's engine call (an upsert page) takes well under 1 s."""
 OPEN_WAIT_S = 1.0
+CONNECTIONS = 4
+"""Most connections one :class:`RelayStore` keeps to a relay: calls from several threads (a
+``kbsync serve`` answering many readers during an ingest) go out side by side, so the relay's
+threads wait for the writer's GIL and store lock together, not one after another (20 threads:
++36-44% searches a second with 4 against 1; tests/bench/README.md)."""
 _POLL_S = 0.05
 T = TypeVar("T")
 
@@ -135,8 +140,12 @@ class RelayStore:
     the embedded store.
 
     Invariants: results equal the ``EdgeStore``'s (same records, same order);
-    write methods raise ``StoreUnavailable`` and change nothing; one request is
-    in flight per instance (calls from several threads queue on a lock).
+    write methods raise ``StoreUnavailable`` and change nothing. A call goes out on the
+    first connection when it is free; while another thread's call holds it, on one of up
+    to ``CONNECTIONS - 1`` more, opened when first needed and kept while the relay lasts.
+    Every change of where reads go (a new relay, the folder opened directly once the ingest
+    ended) is made on the first connection, under its lock; a call on another connection
+    that finds the relay closed before its request went out is made again there.
     """
 
     def __init__(self, store_path: Path, socket_path: Path, *,
@@ -149,6 +158,9 @@ class RelayStore:
         self._sock: socket.socket | None = None
         self._direct: Any = None  # the EdgeStore, once the ingest has ended
         self._closed = False
+        self._spare_lock = threading.Lock()  # guards _spares and _spare_count
+        self._spares: list[socket.socket] = []  # idle connections beside the first one
+        self._spare_count = 0  # spare connections open, idle or in a call
 
     @classmethod
     def connect(cls, store_path: Path, socket_path: Path, *,
@@ -166,6 +178,12 @@ class RelayStore:
 
     # --- transport --------------------------------------------------------------------------
     def _connect(self) -> None:
+        sock, pid = self._open_connection()
+        self._sock, self.pid = sock, pid
+        log.info("reading %s through the process holding it (pid %s)", self.path, self.pid)
+
+    def _open_connection(self) -> tuple[socket.socket, int]:
+        """A new connection to the relay, checked and greeted: (socket, the server's pid)."""
         # Trust before talking: a socket of another user's would answer with its own store.
         if not relay_socket.check_folder(self.socket_path.parent):
             raise _RelayAbsent(f"no folder {self.socket_path.parent}")
@@ -184,41 +202,48 @@ class RelayStore:
         except RelayUntrusted:
             sock.close()
             raise
-        self._sock = sock
         try:
-            hello = self._exchange("hello", {})
+            hello = self._send(sock, "hello", {}, sock.close)
         except _NotSent as exc:
-            self._drop()
+            sock.close()
             raise _RelayAbsent("closed at once") from exc
-        self.pid = int(hello["pid"])
-        log.info("reading %s through the process holding it (pid %s)", self.path, self.pid)
+        return sock, int(hello["pid"])
 
     def _exchange(self, op: str, args: dict) -> Any:
-        sock = self._sock
-        assert sock is not None
+        """``op`` on the first connection (its lock held by the caller)."""
+        assert self._sock is not None
+        return self._send(self._sock, op, args, self._drop)
+
+    def _send(self, sock: socket.socket, op: str, args: dict, drop: Callable[[], None]) -> Any:
+        """One request on ``sock`` and its result; ``drop`` closes ``sock`` when it failed.
+
+        Raises:
+            _NotSent: the connection was closed before the request went out (``sock`` kept).
+            StoreUnavailable: no answer in time, or the relay went away after the request.
+        """
         sock.settimeout(self._timeout)
         try:
             relay.send_frame(sock, {"v": relay.PROTOCOL_VERSION, "op": op, "args": args})
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise _NotSent() from exc
         except OSError as exc:
-            self._drop()
+            drop()
             raise self._gone(op, exc) from exc
         try:
             reply = relay.recv_frame(sock)
         except TimeoutError as exc:
-            self._drop()
+            drop()
             raise StoreUnavailable(
                 f"the process serving reads of {self.path} ({self._who()}) did not answer "
                 f"{op} within {self._timeout:g} s; retry later") from exc
         except OSError as exc:
-            self._drop()
+            drop()
             raise self._gone(op, exc) from exc
         except StoreFailure:
-            self._drop()
+            drop()
             raise
         if reply is None:
-            self._drop()
+            drop()
             raise self._gone(op, None)
         return self._result(reply)
 
@@ -256,25 +281,98 @@ class RelayStore:
             return self
 
         opened = _acquire(self.path, self.socket_path, OPEN_WAIT_S, reconnect)
+        self._close_spares()  # idle ones led to the relay that closed; busy ones close on return
         if opened is not self:
             self._direct = opened
             log.info("the process holding %s has ended: reading it directly", self.path)
 
     def _call(self, op: str, args: dict) -> Any:
-        with self._lock:
-            for _ in range(3):
-                if self._closed:
-                    raise StoreError(f"relay store for {self.path} is closed")
-                if self._direct is not None:
-                    return relay.run_op(self._direct, op, args)
-                if self._sock is None or _peer_closed(self._sock):
-                    self._reacquire()
-                    continue
+        if not self._lock.acquire(blocking=False):  # another thread's call holds the first
+            spare = self._take_spare()
+            if spare is not None:
                 try:
-                    return self._exchange(op, args)
+                    result = self._send(spare, op, args, lambda: self._lose_spare(spare))
                 except _NotSent:
-                    self._reacquire()
-            raise StoreUnavailable(f"the relay of {self.path} keeps closing connections; retry")
+                    self._lose_spare(spare)  # the relay closed it: the first one decides
+                else:
+                    self._keep_spare(spare)
+                    return result
+            self._lock.acquire()
+        try:
+            return self._call_first(op, args)
+        finally:
+            self._lock.release()
+
+    def _call_first(self, op: str, args: dict) -> Any:
+        """``op`` on the first connection, its lock held: where reads go is decided here."""
+        for _ in range(3):
+            if self._closed:
+                raise StoreError(f"relay store for {self.path} is closed")
+            if self._direct is not None:
+                return relay.run_op(self._direct, op, args)
+            if self._sock is None or _peer_closed(self._sock):
+                self._reacquire()
+                continue
+            try:
+                return self._exchange(op, args)
+            except _NotSent:
+                self._reacquire()
+        raise StoreUnavailable(f"the relay of {self.path} keeps closing connections; retry")
+
+    # --- spare connections ----------------------------------------------------------------------
+    def _take_spare(self) -> socket.socket | None:
+        """An idle spare connection, or a new one while fewer than ``CONNECTIONS - 1`` are
+        open; ``None`` when there is none to have (then the call waits for the first)."""
+        with self._spare_lock:
+            if self._closed or self._direct is not None or self._sock is None:
+                return None
+            while self._spares:
+                sock = self._spares.pop()
+                if not _peer_closed(sock):
+                    return sock
+                sock.close()
+                self._spare_count -= 1
+            if self._spare_count >= CONNECTIONS - 1:
+                return None
+            self._spare_count += 1
+        try:
+            sock, _ = self._open_connection()
+        except (_RelayAbsent, KbsyncError, OSError) as exc:
+            log.debug("no spare connection to the relay of %s: %s", self.path, exc)
+            with self._spare_lock:
+                self._spare_count -= 1
+            return None
+        return sock
+
+    def _keep_spare(self, sock: socket.socket) -> None:
+        """``sock`` back among the idle spares (closed instead once reads go elsewhere)."""
+        with self._spare_lock:
+            if not (self._closed or self._direct is not None):
+                self._spares.append(sock)
+                return
+            self._spare_count -= 1
+        sock.close()
+
+    def _lose_spare(self, sock: socket.socket) -> None:
+        """Close a spare connection that failed (idempotent per socket)."""
+        with self._spare_lock:
+            if sock.fileno() == -1:
+                return
+            self._spare_count -= 1
+        sock.close()
+
+    def _close_spares(self) -> None:
+        with self._spare_lock:
+            idle, self._spares = self._spares, []
+            self._spare_count -= len(idle)
+        for sock in idle:
+            sock.close()
+
+    @property
+    def connections(self) -> int:
+        """Connections open to the relay now: the first one and the spares."""
+        with self._spare_lock:
+            return (self._sock is not None) + self._spare_count
 
     # --- reads --------------------------------------------------------------------------------
     def collection_dimension(self, name: str) -> int | None:
@@ -352,6 +450,7 @@ class RelayStore:
             self._closed = True
             self._drop()
             direct, self._direct = self._direct, None
+        self._close_spares()
         if direct is not None:
             direct.close()
 
