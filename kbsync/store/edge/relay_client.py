@@ -38,11 +38,13 @@ CONNECT_TIMEOUT_S = 2.0
 CALL_TIMEOUT_S = 30.0
 """Longest wait for one answer: an ingest's engine call (an upsert page) takes well under 1 s."""
 OPEN_WAIT_S = 1.0
-CONNECTIONS = 4
-"""Most connections one :class:`RelayStore` keeps to a relay: calls from several threads (a
-``kbsync serve`` answering many readers during an ingest) go out side by side, so the relay's
-threads wait for the writer's GIL and store lock together, not one after another (20 threads:
-+36-44% searches a second with 4 against 1; tests/bench/README.md)."""
+CONNECTIONS = 8
+"""Most connections one :class:`RelayStore` keeps to a relay (of the relay's 32): calls from
+several threads (``kbsync serve`` answering many readers during an ingest) go out side by side,
+so the relay's threads wait for the writer's GIL and store lock together, not one after another.
+Measured with 8 threads of hybrid searches during an ingest (tests/bench/README.md, "The
+relay's connections"): 4 against 1, +33-68% searches a second and half the p50; 8 against 4,
++8-37% and half the p95 (p50 up from ~90 to ~140 ms)."""
 _POLL_S = 0.05
 T = TypeVar("T")
 
