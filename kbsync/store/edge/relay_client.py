@@ -18,7 +18,6 @@ after a request was sent, the call fails with a one-line ``StoreUnavailable``.
 from __future__ import annotations
 
 import logging
-import select
 import socket
 import threading
 import time
@@ -29,6 +28,7 @@ import kbsync.errors as errors
 from kbsync.errors import KbsyncError, RelayUntrusted, StoreError, StoreFailure, StoreUnavailable
 from kbsync.store import validate as cv
 from kbsync.store.edge import relay, relay_socket
+from kbsync.store.edge.relay_spares import SpareConnections, peer_closed
 from kbsync.models import SparseVec
 from kbsync.store.base import Filter, Point, ScoredPoint
 
@@ -131,10 +131,6 @@ def _error_class(kind: Any) -> type[KbsyncError]:
     return StoreError
 
 
-def _peer_closed(sock: socket.socket) -> bool:
-    """Whether an idle connection was closed by the server (or holds unasked-for bytes)."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
 
 
 class RelayStore:
@@ -160,9 +156,7 @@ class RelayStore:
         self._sock: socket.socket | None = None
         self._direct: Any = None  # the EdgeStore, once the ingest has ended
         self._closed = False
-        self._spare_lock = threading.Lock()  # guards _spares and _spare_count
-        self._spares: list[socket.socket] = []  # idle connections beside the first one
-        self._spare_count = 0  # spare connections open, idle or in a call
+        self._spares = SpareConnections(self._open_spare, lambda: CONNECTIONS - 1)
 
     @classmethod
     def connect(cls, store_path: Path, socket_path: Path, *,
@@ -283,21 +277,22 @@ class RelayStore:
             return self
 
         opened = _acquire(self.path, self.socket_path, OPEN_WAIT_S, reconnect)
-        self._close_spares()  # idle ones led to the relay that closed; busy ones close on return
+        self._spares.close_idle()  # they led to the relay that closed
         if opened is not self:
             self._direct = opened
             log.info("the process holding %s has ended: reading it directly", self.path)
 
     def _call(self, op: str, args: dict) -> Any:
         if not self._lock.acquire(blocking=False):  # another thread's call holds the first
-            spare = self._take_spare()
+            spare = (self._spares.take()
+                     if self._reads_relayed() and self._sock is not None else None)
             if spare is not None:
                 try:
-                    result = self._send(spare, op, args, lambda: self._lose_spare(spare))
+                    result = self._send(spare, op, args, lambda: self._spares.lose(spare))
                 except _NotSent:
-                    self._lose_spare(spare)  # the relay closed it: the first one decides
+                    self._spares.lose(spare)  # the relay closed it: the first one decides
                 else:
-                    self._keep_spare(spare)
+                    self._spares.keep(spare, usable=self._reads_relayed())
                     return result
             self._lock.acquire()
         try:
@@ -312,7 +307,7 @@ class RelayStore:
                 raise StoreError(f"relay store for {self.path} is closed")
             if self._direct is not None:
                 return relay.run_op(self._direct, op, args)
-            if self._sock is None or _peer_closed(self._sock):
+            if self._sock is None or peer_closed(self._sock):
                 self._reacquire()
                 continue
             try:
@@ -322,59 +317,22 @@ class RelayStore:
         raise StoreUnavailable(f"the relay of {self.path} keeps closing connections; retry")
 
     # --- spare connections ----------------------------------------------------------------------
-    def _take_spare(self) -> socket.socket | None:
-        """An idle spare connection, or a new one while fewer than ``CONNECTIONS - 1`` are
-        open; ``None`` when there is none to have (then the call waits for the first)."""
-        with self._spare_lock:
-            if self._closed or self._direct is not None or self._sock is None:
-                return None
-            while self._spares:
-                sock = self._spares.pop()
-                if not _peer_closed(sock):
-                    return sock
-                sock.close()
-                self._spare_count -= 1
-            if self._spare_count >= CONNECTIONS - 1:
-                return None
-            self._spare_count += 1
+    def _open_spare(self) -> socket.socket | None:
+        """A new connection beside the first one, or ``None`` (the call waits for the first)."""
         try:
-            sock, _ = self._open_connection()
+            return self._open_connection()[0]
         except (_RelayAbsent, KbsyncError, OSError) as exc:
             log.debug("no spare connection to the relay of %s: %s", self.path, exc)
-            with self._spare_lock:
-                self._spare_count -= 1
             return None
-        return sock
 
-    def _keep_spare(self, sock: socket.socket) -> None:
-        """``sock`` back among the idle spares (closed instead once reads go elsewhere)."""
-        with self._spare_lock:
-            if not (self._closed or self._direct is not None):
-                self._spares.append(sock)
-                return
-            self._spare_count -= 1
-        sock.close()
-
-    def _lose_spare(self, sock: socket.socket) -> None:
-        """Close a spare connection that failed (idempotent per socket)."""
-        with self._spare_lock:
-            if sock.fileno() == -1:
-                return
-            self._spare_count -= 1
-        sock.close()
-
-    def _close_spares(self) -> None:
-        with self._spare_lock:
-            idle, self._spares = self._spares, []
-            self._spare_count -= len(idle)
-        for sock in idle:
-            sock.close()
+    def _reads_relayed(self) -> bool:
+        """Whether reads still go to a relay (not closed, not the folder itself)."""
+        return not self._closed and self._direct is None
 
     @property
     def connections(self) -> int:
         """Connections open to the relay now: the first one and the spares."""
-        with self._spare_lock:
-            return (self._sock is not None) + self._spare_count
+        return (self._sock is not None) + self._spares.count
 
     # --- reads --------------------------------------------------------------------------------
     def collection_dimension(self, name: str) -> int | None:
@@ -452,7 +410,7 @@ class RelayStore:
             self._closed = True
             self._drop()
             direct, self._direct = self._direct, None
-        self._close_spares()
+        self._spares.close_idle()
         if direct is not None:
             direct.close()
 
