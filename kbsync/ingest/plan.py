@@ -11,7 +11,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from kbsync.ingest.deletions import DeleteGuard, Scope, deletable
+from kbsync.ingest.deletions import (DeleteGuard, Scope, guarded, named, outside_filters,
+                                     triage_missing)
 from kbsync.ingest.discover import drop_ambiguous
 from kbsync.ingest.classify import Plan, PlanItem, plan_files
 from kbsync.ingest.context import IngestContext
@@ -62,7 +63,7 @@ class RootPlan:
     items, the documents the run deletes (``to_delete``: in full mode those whose file is
     gone, unless the run's ``include``/``exclude`` filters leave them out (``kept_excluded``);
     in any mode those reached through a link that now leads out of the root,
-    :func:`kbsync.ingest.deletions.deletable`), and the root's warnings.
+    :func:`_deletable`), and the root's warnings.
 
     ``discovery.files`` is emptied once the plan is made (:func:`plan_root`): every file
     is then in ``plan`` (with its hash) or in ``plan.failures``, and the run holds one
@@ -246,7 +247,7 @@ def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestConte
     if not cursor.files and not cursor.ignored:
         result.warnings.append(f"root {result.root.name} ({display_path(result.root.path)}) "
                                "holds no files")
-    result.to_delete = deletable(result, scope, cursor, mode)
+    result.to_delete = _deletable(result, scope, cursor, mode)
 
 
 def _missing(runtime: IngestContext, namespace: str, root: RootSpec,
@@ -315,7 +316,7 @@ def preflight_root(
                         check=StoreCheck(namespace, runtime.collection, documents, 0, 0))
     plan = Plan(items=[PlanItem(PlanAction.MISSING, None, s) for s in missing])
     scope = Scope(guard, WalkRules(include=include, exclude=exclude))
-    return len(deletable(RootPlan(root=root, discovery=found, plan=plan), scope, cursor,
+    return len(_deletable(RootPlan(root=root, discovery=found, plan=plan), scope, cursor,
                           SyncMode.FULL))
 
 
@@ -330,3 +331,36 @@ def _chunks(items: Iterator, size: int) -> Iterator[list]:
         yield chunk
 
 
+def _deletable(result: RootPlan, scope: Scope, cursor: PlanCursor,
+               mode: SyncMode) -> list[str]:
+    """The doc_ids to delete from the root, and why the other missing ones stay.
+
+    Invariant: a document is deleted only when discovery saw its file is gone (full
+    mode, under the guard) or that its path now leads out of the root through a link (any
+    mode: the share no longer holds it, and what the link leads to must not stay
+    indexed). A document discovery could not read (an entry it could not stat, a folder
+    it could not list or enter) is never deleted: it is kept and named in one warning.
+    Nor is one the run's include/exclude filters leave out (full mode counts it in
+    ``kept_excluded``, one warning): the walk never looked at its file.
+    """
+    escaped, unreadable, gone = triage_missing(
+        [i.doc_id for i in result.plan.of(PlanAction.MISSING)], cursor.problems)
+    result.escaped, result.kept_unreadable = escaped, unreadable
+    if unreadable:
+        result.warnings.append(
+            f"root {result.root.name}: {len(unreadable)} documents could not be read and were "
+            f"kept as indexed, not deleted: {named(unreadable)}")
+    if escaped:
+        result.warnings.append(
+            f"root {result.root.name}: {len(escaped)} documents now lead outside the root "
+            f"through a link and are deleted from the index: {named(escaped)}")
+    if mode is not SyncMode.FULL:
+        return escaped
+    gone, result.kept_excluded = outside_filters(result.root, gone, scope.rules)
+    if result.kept_excluded:
+        result.warnings.append(
+            f"root {result.root.name}: {len(result.kept_excluded)} documents are left out by "
+            f"--include/--exclude and were kept, not deleted (full mode deletes only documents "
+            f"whose files the filters let it see are gone): {named(result.kept_excluded)}")
+    return sorted(escaped + guarded(result.root, gone, scope.guard, files=cursor.files,
+                                    known=cursor.check.documents))
