@@ -292,12 +292,16 @@ def _warn_drift(result: RootPlan, cursor: PlanCursor) -> None:
 
 def preflight_root(
     root: RootSpec, *, runtime: IngestContext, namespace: str, include: Sequence[str] = (),
-    exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(),
+    exclude: Sequence[str] = (), guard: DeleteGuard = DeleteGuard(), limit: int | None = None,
 ) -> int:
-    """Check full mode's guard for ``root`` without hashing anything.
+    """Check full mode's guard for ``root`` without hashing anything (``limit``: the run's
+    slice size; ``None``: the context's).
 
     Run for every root before any root is processed, so a refusal leaves the
-    whole run without a single write. Walks the root holding 8 bytes a file.
+    whole run without a single write. Walks the root holding 8 bytes a file; reads the
+    root's records only when the walk differs from the root's kept listing (every slice the
+    same files as its last clean run, whose records are unwritten since: nothing is
+    missing, :mod:`kbsync.ingest.listing`).
 
     Returns:
         How many documents full mode would delete from the root.
@@ -305,12 +309,29 @@ def preflight_root(
         MassDeleteRefused: as :func:`plan_root`.
     """
     found = Discovery(root=root, quiet=True)
-    files, digests = 0, []
-    for chunk in _chunks(iter_files(found, WalkRules(runtime.accepts, include, exclude)), 4096):
+    limit = limit if limit is not None else runtime.config.files_per_slice
+    kept = runtime.states.kept_total(namespace, root.name)
+    marks = kept_marks(kept, listing_key(root, failed.failure_key(
+        runtime.fingerprint, runtime.ocr_key, runtime.config.max_file_bytes), limit))
+    files, digests, listing = 0, [], []
+    walked = iter_files(found, WalkRules(runtime.accepts, include, exclude))
+    while True:
+        chunk, more = _take(walked, limit)
         files += len(chunk)
         digests.append(doc_digests(f.doc_id for f in chunk))
+        if marks is not None:  # the plan's slice: its twins dropped, as the plan drops them
+            as_planned = drop_ambiguous(Discovery(root=root, quiet=True), chunk)
+            listing.append((as_planned[0].doc_id if as_planned else "", len(as_planned),
+                            slice_digest(as_planned)))
+        if not more:
+            break
     seen = np.concatenate(digests) if digests else np.zeros(0, dtype=np.uint64)
-    documents, missing = _unseen(runtime, namespace, root, seen)
+    if (kept is not None and marks is not None and not found.problems
+            and listing == [(m.first, m.files, m.digest) for m in marks]):
+        # The files of the root's last clean run, its records unwritten since: none missing.
+        documents, missing = int(kept["documents"]), list[DocState]()
+    else:
+        documents, missing = _unseen(runtime, namespace, root, seen)
     cursor = PlanCursor(walk=WalkCursor(after=""), problems=found.problems, files=files,
                         ignored=len(found.ignored), seen=seen,
                         check=StoreCheck(namespace, runtime.collection, documents, 0, 0))

@@ -113,7 +113,8 @@ def _check_run(request: IngestRequest, executor: Executor, tally: Tally) -> None
     if request.mode is SyncMode.FULL and not request.guard.allow_mass_delete:
         for spec in request.roots:
             executor.call(steps.preflight, CONTEXT, spec, ns, request.include, request.exclude,
-                          request.guard, label=f"preflight {spec.name}")
+                          request.guard, executor.config.files_per_slice,
+                          label=f"preflight {spec.name}")
     if not request.dry_run:
         executor.call(steps.record_identity, CONTEXT, bound, request.run_id,
                       label="record-identity")

@@ -37,10 +37,11 @@ def check_identity(ctx: IngestContext, roots: Sequence[RootSpec], namespace: str
 
 
 def preflight(ctx: IngestContext, root: RootSpec, namespace: str, include: Sequence[str],
-              exclude: Sequence[str], guard: DeleteGuard) -> int:
-    """Full mode's mass-delete guard for one root, before any root is written."""
+              exclude: Sequence[str], guard: DeleteGuard, limit: int | None = None) -> int:
+    """Full mode's mass-delete guard for one root, before any root is written (``limit``:
+    the run's slice size, which the root's kept listing is compared in)."""
     return preflight_root(root, runtime=ctx, namespace=namespace, include=include,
-                          exclude=exclude, guard=guard)
+                          exclude=exclude, guard=guard, limit=limit)
 
 
 def record_identity(ctx: IngestContext, plan: identity.IdentityPlan, run_id: str) -> None:

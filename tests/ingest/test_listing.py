@@ -38,16 +38,22 @@ def _share(tmp_path):
 
 
 class Reads:
-    """How many slices read their records (``load_docs`` calls with doc_ids)."""
+    """How many slices read their records (``load_docs`` calls with doc_ids), and how many
+    times a root's records were streamed (full mode's preflight, ``iter_records``)."""
 
     def __init__(self, runtime, monkeypatch):
-        self.calls = 0
-        load = runtime.states.load_docs
+        self.calls = self.streams = 0
+        load, stream = runtime.states.load_docs, runtime.states.iter_records
 
         def counted(namespace, doc_ids, **kwargs):
             self.calls += bool(doc_ids)
             return load(namespace, doc_ids, **kwargs)
+
+        def streamed(namespace, root):
+            self.streams += 1
+            return stream(namespace, root)
         monkeypatch.setattr(runtime.states, "load_docs", counted)
+        monkeypatch.setattr(runtime.states, "iter_records", streamed)
 
 
 def _run(runtime, share, **options) -> dict:
@@ -83,6 +89,7 @@ def _settle(runtime, share, monkeypatch, **options) -> dict:
     reads = Reads(runtime, monkeypatch)
     again = _run(runtime, share, **options)
     assert reads.calls == 0, "a no-op after a clean run read document records"
+    assert reads.streams == 0, "full mode's preflight streamed the records of a clean root"
     assert again == settled
     return again
 
