@@ -71,10 +71,13 @@ def check_identity(settings: Settings, roots: Sequence, namespace: str, rebind: 
 
 
 @task(name="preflight", **COMMON)
-def preflight(settings: Settings, root, namespace: str, include, exclude, guard) -> int:
-    """Full mode's mass-delete guard for one root (``Refused``: :mod:`tasks.refusals`)."""
+def preflight(settings: Settings, root, namespace: str, include, exclude, guard,
+              limit: int | None = None) -> int:
+    """Full mode's mass-delete guard for one root, in the run's slices of ``limit`` files
+    (``Refused``: :mod:`tasks.refusals`)."""
     try:
-        return steps.preflight(runtime_for(settings), root, namespace, include, exclude, guard)
+        return steps.preflight(runtime_for(settings), root, namespace, include, exclude, guard,
+                               limit)
     except Exception as exc:  # noqa: BLE001 - refused() raises anything but a refusal
         return refused(exc)  # type: ignore[return-value]
 

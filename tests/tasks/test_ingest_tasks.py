@@ -88,3 +88,17 @@ def test_settings_that_differ_only_in_a_secret_get_their_own_runtime(settings) -
     two = settings.model_copy(update={"embed_api_key": SecretStr("key-two")})
     assert _key(one) != _key(two) and _key(one) == _key(one.model_copy())
     assert "key-one" not in _key(one)
+
+
+def test_every_task_takes_its_steps_parameters():
+    """A Prefect task runs its step with the runner's arguments after the context: the same
+    names in the same order (a parameter added to a step alone failed every full-mode flow run
+    with a ParameterBindError)."""
+    import inspect
+
+    from tasks.ingest_tasks import TASK_OF
+
+    for step, task in TASK_OF.items():
+        step_params = list(inspect.signature(step).parameters)[1:]
+        task_params = list(inspect.signature(task.fn).parameters)[1:]
+        assert task_params == step_params, (step.__name__, task_params, step_params)
