@@ -293,7 +293,8 @@ def _client(store: VectorStore) -> Any:
 def refuse_if_orphaned(settings: Settings, store: VectorStore | None = None) -> None:
     """Refuse to serve the logical collection when its pointer is lost (see module doc).
 
-    Call only when no pointer exists (nor a second copy naming a live collection). Refused
+    Call only when no pointer was found (nor a second copy naming a live collection); one
+    written since (a swap between the caller's read and this one) is no loss. Refused
     when rebuilt generations ``<logical>__r<N>`` exist and either the logical collection is
     gone or it was once replaced by a swap (:func:`was_replaced`): serving it would bring
     back what was deleted since and hide what was added, and the next ingest would write
@@ -310,6 +311,10 @@ def refuse_if_orphaned(settings: Settings, store: VectorStore | None = None) -> 
     if not [n for n in built if n != logical]:
         return
     if logical in names and not was_replaced(settings, store):
+        return
+    if read_record(settings, store) is not None:
+        # A swap wrote the pointer (then the build record) between this reader's first read
+        # and now: it saw the store before the swap, and serves what was served then.
         return
     where = (f"alias {logical}{pointer.ACTIVE_SUFFIX}" if settings.qdrant_url
              else f"pointer {pointer.pointer_path(settings.home, logical)}")

@@ -113,3 +113,22 @@ def test_a_reader_during_the_first_swap_is_never_refused(runtime, tmp_path, monk
     monkeypatch.setattr(pointer, "write_pointer", watched(pointer.write_pointer))
     _swapped_once(runtime, tmp_path)
     assert seen[0] == "kbsync" and seen[-1] == "kbsync__r1" and len(seen) >= 4
+
+
+def test_a_reader_whose_reads_straddle_the_first_swap_is_never_refused(runtime, tmp_path,
+                                                                       monkeypatch):
+    """A reader that found no pointer (before the swap) and then, the swap done meanwhile,
+    found the collection replaced, was refused as if the pointer were lost (``kbsync serve``'s
+    rebuild test, in CI): the swap runs between its pointer read and the rest."""
+    settings = runtime.settings
+    _swapped_once(runtime, tmp_path)
+    real = pointer.read_pointer
+    reads: list[int] = []
+
+    def before_the_swap_once(home, logical):
+        reads.append(1)
+        return None if len(reads) == 1 else real(home, logical)
+    monkeypatch.setattr(pointer, "read_pointer", before_the_swap_once)
+    monkeypatch.setattr(active, "recover", lambda settings: None)  # no copy seen either
+    resolved = active.resolve(settings.model_copy(), runtime.store)
+    assert resolved.collection in ("kbsync", "kbsync__r1")
