@@ -40,6 +40,16 @@ class PlanItem:
         """The document's id."""
         return self.file.doc_id if self.file else self.previous.doc_id  # type: ignore[union-attr]
 
+    def record_moved(self) -> bool:
+        """Whether the file's size, mtime or permissions differ from its record's (so
+        finishing it writes the record); False without a file or a record to compare."""
+        file, previous = self.file, self.previous
+        if file is None or previous is None:
+            return False
+        access = file.access if file.access is not None else previous.access
+        return (file.size, file.mtime_ns, access) != (previous.size, previous.mtime_ns,
+                                                      previous.access)
+
 
 @dataclass
 class Plan:

@@ -124,13 +124,6 @@ def slice_is_clean(plan: Plan, problems: int) -> bool:
     for item in plan.items:
         if item.action is not PlanAction.UNCHANGED or item.forget_failure or item.repair:
             return False
-        file, previous = item.file, item.previous
-        if file is None:
-            return False
-        if previous is None:
-            continue
-        access = file.access if file.access is not None else previous.access
-        if (file.size, file.mtime_ns, access) != (previous.size, previous.mtime_ns,
-                                                  previous.access):
+        if item.file is None or item.record_moved():
             return False
     return True

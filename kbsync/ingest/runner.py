@@ -165,15 +165,7 @@ def is_idle(rp: RootPlan) -> bool:
     folder's new grants or the root's capture mark (:func:`kbsync.ingest.steps.finish_root`)."""
     if rp.to_process() or rp.to_delete or rp.plan.of(PlanAction.HEAL):
         return False
-    for item in rp.plan.of(PlanAction.UNCHANGED):
-        file, previous = item.file, item.previous
-        if file is None or previous is None:
-            continue
-        access = file.access if file.access is not None else previous.access
-        if (file.size, file.mtime_ns, access) != (previous.size, previous.mtime_ns,
-                                                  previous.access):
-            return False
-    return True
+    return not any(item.record_moved() for item in rp.plan.of(PlanAction.UNCHANGED))
 
 
 def ingest_root(spec: RootSpec, request: IngestRequest, executor: Executor, *,
