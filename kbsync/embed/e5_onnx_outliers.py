@@ -10,7 +10,8 @@ a small fp32 MatMul instead.
 
 The channels are found once, at export time, by running the fp32 graph on
 :data:`CALIBRATION` (a fixed text, so the same source file gives the same graph) and
-taking, per layer input, the :data:`CHANNELS` channels of largest absolute value. The
+taking, per layer input, the :data:`CHANNELS` channels of largest absolute value
+(:func:`kbsync.embed.bert_graph.channel_peaks`; MiniLM's graph uses the same split). The
 outliers sit on the same channels whatever the text (they are the model's, not the
 input's): the 8 found on this text cut the step nearly as much as the 8 found on the real
 chunks themselves.
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from kbsync.embed.bert_graph import OUTLIER_CHANNELS as CHANNELS  # noqa: F401 (re-exported)
+from kbsync.embed.bert_graph import channel_peaks as graph_channel_peaks
+from kbsync.embed.bert_graph import outlier_channels  # noqa: F401 (re-exported)
 from kbsync.embed.e5_file import E5File
 
-CHANNELS = 8
 CALIBRATION = [
     "passage: Debian is a free operating system. Use apt to install packages; the daemon "
     "reads its configuration from /etc at start and logs to the journal.",
@@ -32,43 +35,22 @@ CALIBRATION = [
 ]
 
 
-def outlier_channels(peaks: dict[str, np.ndarray], count: int = CHANNELS) -> dict[str, np.ndarray]:
-    """Per linear layer, its ``count`` input channels of largest peak, sorted ascending."""
-    return {layer: np.sort(np.argsort(-peak, kind="stable")[:count]) for layer, peak in peaks.items()}
-
-
 def channel_peaks(model: E5File, fp32_graph) -> dict[str, np.ndarray]:
     """Per linear layer (``l3.fi``, ...), the largest |value| of each input channel over
     every token of :data:`CALIBRATION`.
 
-    ``fp32_graph`` is :func:`~kbsync.embed.e5_onnx_export.build_graph`'s fp32 model,
-    whose ``metadata_props`` name each linear layer's input tensor.
+    ``fp32_graph`` is :func:`~kbsync.embed.e5_onnx_export.build_graph`'s fp32 model.
     """
-    import onnx
-    import onnxruntime as ort
-
     from kbsync.embed.e5_tokenizer import E5Tokenizer
 
-    inputs = {p.key.split(":", 1)[1]: p.value for p in fp32_graph.metadata_props
-              if p.key.startswith("input:")}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(fp32_graph)
-    tensors = sorted(set(inputs.values()))
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
-                              for t in tensors)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(probe.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
     cfg = model.config
     pos_type = (model.f32("emb.pos").reshape(cfg.max_positions, cfg.hidden)
                 + model.f32("emb.type")[:cfg.hidden])
     tokenizer = E5Tokenizer(model)
-    peaks: dict[str, np.ndarray] = {}
-    for content in tokenizer.encode(CALIBRATION):
-        ids = np.asarray([tokenizer.bos, *content[:cfg.max_positions - 2], tokenizer.eos])
-        embeds = (model.word_embeddings.dequantize(ids) + pos_type[:len(ids)]).astype(np.float32)
-        for name, value in zip(tensors, session.run(tensors, {"embeds": embeds[None]})):
-            peak = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
-            peaks[name] = np.maximum(peaks.get(name, peak), peak)
-    return {layer: peaks[tensor] for layer, tensor in inputs.items()}
+
+    def embeds():
+        for content in tokenizer.encode(CALIBRATION):
+            ids = np.asarray([tokenizer.bos, *content[:cfg.max_positions - 2], tokenizer.eos])
+            yield (model.word_embeddings.dequantize(ids) + pos_type[:len(ids)]).astype(np.float32)
+
+    return graph_channel_peaks(fp32_graph, embeds())

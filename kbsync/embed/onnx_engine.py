@@ -6,7 +6,9 @@ Pooling + Normalize model, without torch at inference time:
 1. the model's own fast tokenizer (``tokenizer.json``), inputs cut at
    ``max_tokens`` word pieces, special tokens included (as ``max_seq_length``);
 2. the exported transformer (:mod:`kbsync.embed.onnx_export`) gives the last
-   hidden state;
+   hidden state; a traced graph takes the token ids, a hand-built one
+   (:mod:`kbsync.embed.minilm_graph`) the summed embeddings, computed here from
+   ``tables``;
 3. mean over the attended tokens (the sum divided by the token count, clamped
    at 1e-9), then L2 normalisation (norm clamped at 1e-12), in float32.
 
@@ -33,12 +35,15 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from kbsync.embed.base import TextKind
 from kbsync.embed.onnx_export import INPUT_NAMES
+
+if TYPE_CHECKING:
+    from kbsync.embed.minilm_graph import EmbeddingTables
 
 
 class PieceCount(Protocol):
@@ -60,10 +65,12 @@ class OnnxEngine:
         max_tokens: word pieces read per input, special tokens included.
         counter: counts word pieces (untruncated) for cut inputs and sorting.
         threads: ONNX Runtime intra-op threads; None = one per core.
+        tables: the embedding tables, for a graph whose input is ``embeds``.
     """
 
     def __init__(self, model_file: Path, source: Path, *, max_tokens: int,
-                 counter: PieceCount, threads: int | None = None) -> None:
+                 counter: PieceCount, threads: int | None = None,
+                 tables: EmbeddingTables | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -75,6 +82,9 @@ class OnnxEngine:
         self.session = ort.InferenceSession(str(model_file), options,
                                             providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self.session.get_inputs()}
+        if "embeds" in self._inputs and tables is None:
+            raise ValueError(f"{model_file}: its input is embeddings; pass the tables")
+        self._tables = tables
         self.dimension = int(self.session.get_outputs()[0].shape[-1])
         self.max_tokens = max_tokens
         self.counter = counter
@@ -102,7 +112,10 @@ class OnnxEngine:
         """One run over one tokenized text: its unit vector, float32."""
         arrays = (np.asarray([ids], dtype=np.int64), np.ones((1, len(ids)), dtype=np.int64),
                   np.asarray([type_ids], dtype=np.int64))
-        feed = {k: v for k, v in zip(INPUT_NAMES, arrays) if k in self._inputs}  # pruned inputs
+        if self._tables is not None:
+            feed = {"embeds": self._tables.embeds(arrays[0][0], arrays[2][0])}
+        else:
+            feed = {k: v for k, v in zip(INPUT_NAMES, arrays) if k in self._inputs}  # pruned inputs
         with self.lock:
             hidden = self.session.run(None, feed)[0]
         return mean_pool_normalise(hidden, arrays[1])[0]

