@@ -9,7 +9,7 @@ with the torch model's 0.904 (issue 38). The graph here is the encoder of
 :mod:`kbsync.embed.bert_graph` (the one e5 runs), written from the model's safetensors with
 no torch, with the :data:`~kbsync.embed.bert_graph.OUTLIER_CHANNELS` largest input channels
 (found once, on :data:`CALIBRATION`) of the linear layers that have real outliers
-(:data:`MIN_STRETCH`) in a small fp32 MatMul: 0.961, for ~13% of the int8 graph's speed
+(:data:`MIN_STRETCH`) in a small fp32 MatMul: 0.961, for ~20% of the int8 graph's speed
 (docs/models.md#the-int8-backend-default).
 
 The engine (:class:`kbsync.embed.onnx_engine.OnnxEngine`) sums word + position + token-type
@@ -45,7 +45,7 @@ CALIBRATION = [
 # measurement (tests/bench/minilm_rank_agreement.py, 669 queries over 240 git-doc chunks;
 # chunks/s on 936 octave-doc chunks, rotated, load ~3.7): every layer split (24 of 24): top-10
 # overlap with torch 0.966 at 0.77x the unsplit int8 graph's chunks/s; stretch >= 2 (17 layers)
-# 0.966 at 0.77x; >= 3 (14) 0.961 [0.957, 0.965] at 0.87x; >= 4 (9) 0.954 [0.950, 0.958] at
+# 0.966 at 0.77x; >= 3 (14) 0.961 [0.957, 0.965] at 0.83-0.87x; >= 4 (9) 0.954 [0.950, 0.958] at
 # 0.87x; only the FFN inputs (6) 0.921.
 MIN_STRETCH = 3.0
 _PARTS = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
