@@ -13,8 +13,8 @@ precision, exporting on first use:
   (``quantize_dynamic``). The word-embedding table stays fp32: quantizing it
   too lowered the cosine to the torch vectors to ~0.94 (0.99 without).
 * ``int8-outliers`` (what ``all-MiniLM-L6-v2-int8`` runs): no trace; the encoder written
-  from the safetensors by :mod:`kbsync.embed.minilm_graph`, int8 but for each linear
-  layer's few outlier input channels, which stay fp32. Its input is the summed embeddings
+  from the safetensors by :mod:`kbsync.embed.minilm_graph`, int8 but for the few outlier
+  input channels of the linear layers that have them, which stay fp32. Its input is the summed embeddings
   (``embeds``), not token ids. Top-10 agreement with the torch model 0.966 against
   ``int8``'s 0.904, at the same speed (issue 38).
 
