@@ -143,21 +143,26 @@ class Handler:
         self.holder.close()
 
     # --- operations ----------------------------------------------------------------------------
-    def _settings(self) -> Settings:
+    def _settings(self, store: Any = None) -> Settings:
+        """The configured settings aimed at the active collection (after a rebuild's swap:
+        the new one), read per request. ``store``: the request's store, so that what the
+        pointer leaves to the store (a collection without a pointer keeps its recorded local
+        model) is read through it; without it, a store is opened for the read, which here is a
+        relay connection to this very process per request (~15 ms with the local model)."""
         from kbsync.catalog.active import resolve
 
-        return resolve(self.configured)  # after a rebuild's swap: the new collection
+        return resolve(self.configured, store)
 
     def _search(self, args: dict, reader: Reader) -> dict:
         from kbsync.embed import build_embedding_service
         from kbsync.query.llm import chat_model
         from kbsync.query.search import search
 
-        settings = self._settings()
         request = _request(args, reader)
-        llm = chat_model(settings, optional=True) if (request.mqe or request.hyde) else None
 
         def work(store: Any) -> dict:
+            settings = self._settings(store)
+            llm = chat_model(settings, optional=True) if (request.mqe or request.hyde) else None
             result = search(request, store=store, service=build_embedding_service(settings),
                             collection=settings.collection, llm=llm)
             if not result.results:  # checked only then: one engine call less per search
@@ -170,13 +175,13 @@ class Handler:
         from kbsync.query.answer import DEFAULT_MIN_SCORE, ask
         from kbsync.query.llm import chat_model
 
-        settings = self._settings()
-        llm = chat_model(settings)
         if args.get("min_score") is None:
             args = {**args, "min_score": DEFAULT_MIN_SCORE}
         request = _request(args, reader)
 
         def work(store: Any) -> dict:
+            settings = self._settings(store)
+            llm = chat_model(settings)
             self._check_namespace(store, settings, request)
             return ask(request, store=store, service=build_embedding_service(settings),
                        collection=settings.collection, llm=llm).to_dict()
@@ -185,10 +190,10 @@ class Handler:
     def _stats(self, args: dict, reader: Reader) -> dict:
         from kbsync.query.stats import collect_stats, empty_stats
 
-        settings = self._settings()
         namespace = args.get("namespace")
 
         def work(store: Any) -> dict:
+            settings = self._settings(store)
             if store.collection_dimension(settings.collection) is None:
                 return empty_stats(settings, namespace)
             return collect_stats(store, settings, namespace, as_user=as_user_of(reader))
