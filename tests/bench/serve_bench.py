@@ -213,11 +213,12 @@ def _rounds(args, ways, condition: str, rounds: int, may_read, mark=lambda r: No
     starts once ``going()`` is false (the ingest ended: the row then holds fewer searches)."""
     parts: dict[str, list[dict]] = {name: [] for name, _, _ in ways}
     per = args.searches // rounds
-    for _ in range(rounds):
+    for turn in range(rounds):
         if not going():
             break
         for name, one, euid in ways:
-            part = sl.drive(args.clients, per, one, allowed=may_read.__getitem__, euid=euid)
+            part = sl.drive(args.clients, per, one, allowed=may_read.__getitem__, euid=euid,
+                            salt=f" {condition} {name} {turn}")  # no way reads another's cache
             mark(part)
             print(f"  {name}, {condition}: {len(part['lat'])} searches in {part['wall']:.0f} s"
                   + (f", seals inside {part['seals']}, ingest running at the end "

@@ -33,10 +33,11 @@ SYS_SETRESUID = 117  # x86_64
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def queries(client: int, n: int) -> list[str]:
-    """``n`` queries, unique per client and position (no embedding cache helps)."""
-    rng = random.Random(11 + client)
-    return [f"{rng.choice(WORDS)} {rng.choice(WORDS)} report {client}x{i}" for i in range(n)]
+def queries(client: int, n: int, salt: str = "") -> list[str]:
+    """``n`` queries, unique per client, position and ``salt`` (a way and turn: with a real
+    model, a query another way embedded first would come from the embedding cache)."""
+    rng = random.Random(f"{11 + client}{salt}")
+    return [f"{rng.choice(WORDS)} {rng.choice(WORDS)} report {client}x{i}{salt}" for i in range(n)]
 
 
 @contextmanager
@@ -59,11 +60,12 @@ def _setresuid_thread(euid: int) -> None:
 
 
 def drive(clients: int, searches: int, one: Callable[[int, str], list[str]], *,
-          allowed: Callable[[int], set[str]], euid: Callable[[int], int | None] = lambda n: None
-          ) -> dict:
+          allowed: Callable[[int], set[str]], euid: Callable[[int], int | None] = lambda n: None,
+          salt: str = "") -> dict:
     """``clients`` threads each calling ``one(thread, query) -> doc_ids`` ``searches`` times
     (the first call of each thread, a warm-up that connects, not timed); every doc_id is
-    checked against ``allowed(thread)``."""
+    checked against ``allowed(thread)``. ``salt`` makes the queries this call's own
+    (:func:`queries`)."""
     latencies: list[float] = []
     errors: list[BaseException] = []
     outside: list[str] = []
@@ -72,7 +74,7 @@ def drive(clients: int, searches: int, one: Callable[[int, str], list[str]], *,
     start = threading.Barrier(clients + 1)
 
     def worker(n: int) -> None:
-        mine, bad, seen, qs = [], [], 0, queries(n, searches)
+        mine, bad, seen, qs = [], [], 0, queries(n, searches, salt)
         with thread_euid(euid(n)):
             try:
                 one(n, f"warm up {n}")

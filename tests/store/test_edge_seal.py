@@ -265,3 +265,27 @@ def test_writes_across_reopens_of_a_hybrid_collection_seal(tmp_path: Path,
     with EdgeStore(tmp_path) as store:
         assert store.count("kb") == 3 * per_run
         assert es.unsealed_points(store._require("kb").shard, tmp_path / "kb") < small_seal
+
+
+def test_a_seal_with_nothing_due_keeps_the_count_so_the_next_writes_seal_on_time(
+        tmp_path: Path, small_seal: int) -> None:
+    """Every ingest first calls ``seal`` (the checks stage); on a hybrid collection whose
+    appendable segment is nearly full nothing is due then, and the counter must keep what the
+    segment holds. It was reset to the engine's count (0 on a hybrid collection), so the run
+    that crossed ``SEAL_EVERY`` sealed nothing and the next run's start sealed it with a
+    warning (measured at 100k chunks: 19,706 unsealed + 2,378 written, no seal in the run)."""
+    dim = 16
+    vectors = _vectors(small_seal + 100, dim)
+    with EdgeStore(tmp_path) as store:
+        store.ensure_collection("kb", dimension=dim, sparse=True)
+        store.upsert("kb", _points(vectors[:small_seal - 50]))
+    with EdgeStore(tmp_path) as store:
+        store.ensure_collection("kb", dimension=dim, sparse=True)
+        assert store.seal("kb") == {"points": 0, "seconds": 0.0}  # the run's first step
+        assert store._require("kb").unsealed == small_seal - 50
+        store.upsert("kb", _points(vectors[small_seal - 50:], start=small_seal - 50))
+        from kbsync.store.edge import seals
+
+        assert seals.sealed_segments(tmp_path / "kb"), "the write that crossed SEAL_EVERY sealed nothing"
+        assert store._require("kb").unsealed < small_seal
+        assert store.count("kb") == small_seal + 100
