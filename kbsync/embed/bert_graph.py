@@ -178,9 +178,10 @@ class _Graph:
 
 def concat_rows(parts: list[Q4Tensor | np.ndarray]) -> Q4Tensor | np.ndarray:
     """Stack linear weights by output rows (Q, K, V into one), keeping their kind."""
-    if all(isinstance(p, Q4Tensor) for p in parts):
-        return Q4Tensor(np.concatenate([p.scales for p in parts]),
-                        np.concatenate([p.nibbles for p in parts]))
+    quantized = [p for p in parts if isinstance(p, Q4Tensor)]
+    if len(quantized) == len(parts):
+        return Q4Tensor(np.concatenate([p.scales for p in quantized]),
+                        np.concatenate([p.nibbles for p in quantized]))
     return np.concatenate([p.dequantize() if isinstance(p, Q4Tensor) else p for p in parts])
 
 

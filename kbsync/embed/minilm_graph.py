@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Container
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +107,7 @@ class SafetensorsBert:
         return weight
 
 
-def _prefixed(tensors: dict, key: str) -> str:
+def _prefixed(tensors: Container[str], key: str) -> str:
     """``key`` as stored: some exports prefix every tensor with ``bert.``."""
     return key if key in tensors else f"bert.{key}"
 
