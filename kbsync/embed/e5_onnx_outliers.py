@@ -10,7 +10,7 @@ a small fp32 MatMul instead.
 
 The channels are found once, at export time, by running the fp32 graph on
 :data:`CALIBRATION` (a fixed text, so the same source file gives the same graph) and
-taking, per layer input, the :data:`CHANNELS` channels of largest absolute value
+taking, per layer input, the :data:`~kbsync.embed.bert_graph.OUTLIER_CHANNELS` channels of largest absolute value
 (:func:`kbsync.embed.bert_graph.channel_peaks`; MiniLM's graph uses the same split). The
 outliers sit on the same channels whatever the text (they are the model's, not the
 input's): the 8 found on this text cut the step nearly as much as the 8 found on the real
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kbsync.embed.bert_graph import OUTLIER_CHANNELS as CHANNELS  # noqa: F401 (re-exported)
 from kbsync.embed.bert_graph import channel_peaks as graph_channel_peaks
-from kbsync.embed.bert_graph import outlier_channels  # noqa: F401 (re-exported)
 from kbsync.embed.e5_file import E5File
 
 CALIBRATION = [
