@@ -25,6 +25,7 @@ from kbsync.ingest.discover import local_root, parse_root
 from kbsync.ingest.plan import DeleteGuard
 from kbsync.ingest.summary import counts_of
 from kbsync.ingest.runner import IngestRequest, run_ingest
+from kbsync.ingest.run_record import KNOWN_FAILURES_NAME, failed_message, known_message
 from kbsync.ingest.summary import new_run_id
 from kbsync.models import SyncMode
 from kbsync.settings import load_settings
@@ -121,15 +122,12 @@ def ingest(
         sync_finished(result)  # the evaluate deployment's trigger, failed files or not
     if new:
         # The summary rides on an exception: Prefect resolves a Failed state's data into one.
-        message = f"{summary.failed} of {summary.files_seen} files failed"
-        if len(new) < summary.failed:
-            message += f" ({len(new)} new)"
+        message = failed_message(result, new=len(new))
         # A flow may return a State to set its final state (Prefect resolves it at run time);
         # Prefect's types take the annotation as the only return type.
         return Failed(message=message,  # type: ignore[return-value]
                       data=FilesFailed(message, result))
     if summary.failed:  # every failed file failed last time too: not red, still counted
-        return Completed(data=result, name="Completed with known failures",  # type: ignore[return-value]
-                         message=f"{summary.failed} of {summary.files_seen} files failed, "
-                                 "each as in the last run (none new)")
+        return Completed(data=result, name=KNOWN_FAILURES_NAME,  # type: ignore[return-value]
+                         message=known_message(result))
     return result

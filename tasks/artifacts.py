@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import cast
 from uuid import UUID
 
@@ -10,7 +9,10 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
                                create_table_artifact, update_progress_artifact)
 
 from kbsync.errors import KbsyncError
-from kbsync.ingest.report import artifact_key, short_message, summary_markdown
+from kbsync.ingest.report import artifact_key, summary_markdown
+from kbsync.ingest.run_record import (doc_ids_of_table, failure_rows,  # noqa: F401
+                                      failures_description, summary_description,
+                                      summary_prefix)
 from tasks.run_story import refusal_markdown
 
 
@@ -25,37 +27,19 @@ def publish_summary(summary: dict, *, outcome: str | None = None,
     every run, empty after a clean one, so an old failure never stands beside a new
     "(ok)". Dry runs have keys of their own: their counts mean "would do".
     """
-    ns = summary["namespace"]
-    prefix = "kbsync-dry-run" if summary["dry_run"] else "kbsync-ingest"
-    what = "dry run (would do)" if summary["dry_run"] else "ingest"
-    said = f"{outcome}: " if outcome else ""
-    create_markdown_artifact(key=artifact_key(prefix, ns),
+    prefix = summary_prefix(summary)
+    create_markdown_artifact(key=artifact_key(prefix, summary["namespace"]),
                              markdown=summary_markdown(summary, outcome=outcome,
                                                        embedder=embedder),
-                             description=f"{said}kbsync {what} summary for namespace {ns}")
+                             description=summary_description(summary, outcome))
     publish_failures(summary, prefix)
 
 
-def failures_description(summary: dict) -> str:
-    """The failures table's description in plain words: how many files failed, or that
-    none did (the table is then empty on purpose)."""
-    ns = summary["namespace"]
-    what = "dry run (would do)" if summary["dry_run"] else "ingest"
-    count = len(summary["failures"])
-    if not count:
-        return f"no file failed in the last {what} of namespace {ns}: the table is empty"
-    files = "1 file" if count == 1 else f"{count} files"
-    return (f"{files} failed in the last {what} of namespace {ns}; fix or remove each one "
-            "(the next run retries it)")
-
-
 def publish_failures(summary: dict, prefix: str) -> None:
-    """The failures table of ``summary`` (empty: no file failed) under its stable key; each
-    row's message whole (only the file's path is left out: the row names it)."""
-    ns = summary["namespace"]
-    rows = [{"path": f["path"], "doc_id": f["doc_id"], "error": f["error"],
-             "message": short_message(f, limit=None)} for f in summary["failures"]]
-    create_table_artifact(key=artifact_key(f"{prefix}-failures", ns), table=rows,
+    """The failures table of ``summary`` (empty: no file failed) under its stable key
+    (:func:`kbsync.ingest.run_record.failure_rows`)."""
+    create_table_artifact(key=artifact_key(f"{prefix}-failures", summary["namespace"]),
+                          table=failure_rows(summary),
                           description=failures_description(summary))
 
 
@@ -71,15 +55,7 @@ def known_failures(namespace: str) -> set[str]:
                       Artifact.get(artifact_key("kbsync-ingest-failures", namespace)))
     except Exception:  # noqa: BLE001 - no history to compare with: every failure is new
         return set()
-    data = latest.data if latest is not None else None
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except ValueError:
-            return set()
-    if not isinstance(data, list):
-        return set()
-    return {str(row["doc_id"]) for row in data if isinstance(row, dict) and row.get("doc_id")}
+    return doc_ids_of_table(latest.data if latest is not None else None)
 
 
 def publish_refusal(exc: KbsyncError, *, namespace: str, dry_run: bool,

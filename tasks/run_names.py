@@ -14,22 +14,10 @@ touches a disk or raises for a bad root (the run's own checks report that).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from tasks.run_story import escape_controls
-
-NAME_LIMIT = 120
-"""Characters of a run name at most (the rest is cut with an ellipsis)."""
-
-
-def root_label(spec: str) -> str:
-    """The name a root's doc_ids start with: ``NAME`` of ``NAME=PATH``, else the path's last
-    part (as :func:`kbsync.ingest.discover.parse_root` decides, without touching the path)."""
-    name, sep, path = str(spec).partition("=")
-    if sep and name and "/" not in name:
-        return name
-    parts = [p for p in str(spec).rstrip("/").split("/") if p]
-    return parts[-1] if parts else str(spec)
+from kbsync.ingest.run_record import (NAME_LIMIT, ingest_name, joined,  # noqa: F401
+                                      root_label, run_name_text)
 
 
 def _prefix(flow: str) -> str:
@@ -47,29 +35,10 @@ def _params() -> dict[str, Any]:
     return dict(flow_run.parameters or {})
 
 
-def _joined(values: Iterable[Any]) -> str:
-    return ",".join(str(v) for v in values)
-
-
-def _name(text: str) -> str:
-    text = " ".join(escape_controls(text).split())
-    return text if len(text) <= NAME_LIMIT else text[:NAME_LIMIT - 1] + "…"
-
-
-def ingest_name(params: dict[str, Any], prefix: str = "ingest") -> str:
-    """``PREFIX: ROOTS MODE[ dry-run]`` for the ``ingest`` flow's parameters."""
-    mode = params.get("mode", "incremental")
-    mode = getattr(mode, "value", mode)
-    roots = _joined(root_label(r) for r in params.get("roots") or [])
-    force = " force" if params.get("force") else ""
-    dry = " dry-run" if params.get("dry_run") else ""
-    return _name(f"{prefix}: {roots} {mode}{force}{dry}")
-
-
 def evaluate_name(params: dict[str, Any], prefix: str = "evaluate") -> str:
     """``PREFIX: NAMESPACE MODES`` for the ``evaluate`` flow's parameters."""
-    modes = _joined(params.get("modes") or ["hybrid"])
-    return _name(f"{prefix}: {params.get('namespace', 'default')} {modes}")
+    modes = joined(params.get("modes") or ["hybrid"])
+    return run_name_text(f"{prefix}: {params.get('namespace', 'default')} {modes}")
 
 
 def rebuild_name(params: dict[str, Any], prefix: str = "rebuild") -> str:
@@ -81,7 +50,7 @@ def rebuild_name(params: dict[str, Any], prefix: str = "rebuild") -> str:
     # An empty field of the form keeps the worker's setting: not named.
     said = " ".join(f"{key}={value}" for key, value in sorted(build.items())
                     if value is not None) or "same settings"
-    return _name(f"{prefix}: {params.get('namespace', 'default')} {said}")
+    return run_name_text(f"{prefix}: {params.get('namespace', 'default')} {said}")
 
 
 def ingest_run_name() -> str:

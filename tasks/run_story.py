@@ -23,20 +23,7 @@ from __future__ import annotations
 from kbsync.ingest.report import (LOGGED_FAILURES, count_line, escape_controls,  # noqa: F401
                                   failure_lines, failures_key, log_failures,
                                   summary_markdown)
-
-
-def run_outcome(summary: dict, *, new: int) -> str:
-    """The run's outcome in words, as its summary's title and outcome row show it: ``ok``,
-    ``failed: N new failed files`` (the run is Failed), or ``completed: N known failed
-    files`` (each failed in the last run too; the run is not Failed)."""
-    failed = summary.get("failed", 0)
-    if not failed:
-        return "ok"
-    if new:
-        known = failed - new
-        return (f"failed: {new} new failed file{'s' if new != 1 else ''}"
-                + (f", {known} known" if known else ""))
-    return f"completed: {failed} known failed file{'s' if failed != 1 else ''} (none new)"
+from kbsync.ingest.run_record import run_outcome  # noqa: F401
 
 
 def describe_embedder(settings) -> str:

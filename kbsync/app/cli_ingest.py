@@ -8,6 +8,11 @@ JSON summary, exit codes and one-line errors. They differ only in what is record
   Prefect profile): the ``ingest`` flow runs in this process, a flow run on that server with
   its ``ingest-root`` subflows and tasks (a root with nothing to write has none), its
   summary artifact and failures table, its logs, and the ``kbsync.sync.finished`` event.
+  A run that turns out to have nothing to write (planned first in this process, no
+  Prefect imported: :mod:`kbsync.app.cli_recorded`) is recorded as the same flow run, with
+  the same name, state, logs, artifacts and event, over Prefect's REST API, without the
+  flow's check task runs; the first root with something to write hands the whole run to
+  the flow. A first ingest and ``--force`` go to the flow at once.
 - **None is** (the default): the runner's in-process executor. Nothing goes to Prefect (no
   run, artifact, log or event); the log lines the flow would write (one WARNING per failed
   file; the embedding model and the count line at INFO, shown with ``-v``) go to stderr,
@@ -22,9 +27,6 @@ would show. Who wants run history runs a server and sets ``PREFECT_API_URL``.
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
-from typing import Sequence
 
 from kbsync.app.cli_support import EXIT_OK, EXIT_PARTIAL, emit, run_result
 
@@ -34,21 +36,12 @@ log = logging.getLogger("kbsync.app.cli")
 def prefect_api_configured() -> bool:
     """Whether Prefect would send a run to an API: ``PREFECT_API_URL`` in the environment,
     or in the active profile of ``$PREFECT_HOME/profiles.toml`` (read without importing
-    Prefect, whose import costs 1-2 s). Limit: a ``prefect.toml`` or ``pyproject.toml``
-    naming an API is not read; set the variable."""
-    if os.environ.get("PREFECT_API_URL"):
-        return True
-    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
-    path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
-    try:
-        import tomllib
+    Prefect, whose import costs 1-2 s: :func:`kbsync.app.prefect_rest.prefect_settings`).
+    Limit: a ``prefect.toml`` or ``pyproject.toml`` naming an API is not read; set the
+    variable."""
+    from kbsync.app.prefect_rest import prefect_settings
 
-        profiles = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    active = os.environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
-    values = profiles.get("profiles", {}).get(active, {})
-    return bool(isinstance(values, dict) and values.get("PREFECT_API_URL"))
+    return bool(prefect_settings().get("PREFECT_API_URL"))
 
 
 def ingest(args, settings, failed) -> int:
@@ -63,7 +56,12 @@ def ingest(args, settings, failed) -> int:
     refuse_if_held(settings, args.namespace)  # before anything costly starts
     _start_early(settings, args)
     if prefect_api_configured():
-        summary = _flow_run(args, settings, failed)
+        from kbsync.app.cli_recorded import recorded_if_idle
+
+        # Nothing to write: the plain runner, recorded as a flow run over REST; else the flow.
+        summary = recorded_if_idle(args, settings)
+        if summary is None:
+            summary = _flow_run(args, settings, failed)
     else:
         summary = _plain_run(args, settings)
     if args.json:
@@ -75,32 +73,18 @@ def ingest(args, settings, failed) -> int:
     return EXIT_PARTIAL if summary["failed"] else EXIT_OK
 
 
-def _globs(patterns: Sequence[str]) -> list[str]:
-    """Globs in the display form of relative paths (``\\xNN``, as in doc_ids), which they match."""
-    from kbsync.models import display_text
-
-    return [display_text(g) for g in patterns]
-
-
 def _flow_run(args, settings, failed) -> dict:
     """The ``ingest`` flow against the configured API; its JSON summary."""
     from flows.ingest import ingest as ingest_flow  # late: Prefect's import costs seconds
 
+    from kbsync.app.cli_plain import flow_parameters
     from kbsync.app.console import ingest_status
-    from kbsync.ingest.discover import root_parameter
-    from kbsync.models import SyncMode
     from tasks.watchdog import exit_now, set_lost_handler, watch_orchestrator
 
     # A lost Prefect API: the usual error line (and JSON object), then exit at once.
     set_lost_handler(lambda exc: exit_now(failed(exc)))
     with watch_orchestrator(settings), ingest_status(enabled=not args.json):
-        state = ingest_flow(
-            roots=[root_parameter(r) for r in args.roots], namespace=args.namespace,
-            mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
-            include=_globs(args.include), exclude=_globs(args.exclude),
-            allow_mass_delete=args.allow_mass_delete,
-            max_delete_fraction=args.max_delete_fraction, rebind=args.rebind,
-            return_state=True)
+        state = ingest_flow(**flow_parameters(args), return_state=True)
     return run_result(state.result(raise_on_failure=False))
 
 
@@ -110,27 +94,12 @@ def _plain_run(args, settings) -> dict:
     Raises what the flow's run would end on (a refusal, an outage, Ctrl-C), the counts
     reached attached (:func:`kbsync.ingest.summary.counts_of`).
     """
-    from kbsync.app.console import ingest_status
+    from kbsync.app.cli_plain import PlainExecutor, plain_request, run_in_process
     from kbsync.app.locks import write_locks
-    from kbsync.app.cli_plain import PlainExecutor
-    from kbsync.ingest.discover import parse_root
-    from kbsync.ingest.plan import DeleteGuard
     from kbsync.ingest.report import count_line, log_failures
-    from kbsync.ingest.runner import IngestRequest, run_ingest
-    from kbsync.models import SyncMode
 
-    request = IngestRequest(
-        roots=tuple(parse_root(r) for r in args.roots), namespace=args.namespace,
-        mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
-        include=tuple(_globs(args.include)), exclude=tuple(_globs(args.exclude)),
-        guard=DeleteGuard(args.allow_mass_delete, args.max_delete_fraction), rebind=args.rebind)
     executor = PlainExecutor(settings, locks=write_locks(settings))
-    try:
-        with ingest_status(enabled=not args.json):
-            result = run_ingest(request, executor).to_dict()
-        embedder = executor.describe_embedder()
-    finally:
-        executor.close()
+    result, embedder = run_in_process(plain_request(args), executor, status=not args.json)
     log_failures(log, result)  # one WARNING per failed file, as the flow's log
     log.info("embedding model: %s", embedder)
     log.info("%s", count_line(result))
@@ -142,16 +111,9 @@ def _start_early(settings, args) -> None:
     will be converted), start the conversion forkserver now, while the run imports and
     opens what it needs. Other runs start it on their first file: a no-op re-run must not
     pay for importing the converters."""
-    if settings.convert_isolation and not args.dry_run and _first_ingest(settings):
+    from kbsync.app.cli_plain import first_ingest
+
+    if settings.convert_isolation and not args.dry_run and first_ingest(settings):
         from kbsync.convert.isolate import start_forkserver
 
         start_forkserver()
-
-
-def _first_ingest(settings) -> bool:
-    """No chunk collection yet in the embedded store (looked for, never opened)."""
-    if settings.qdrant_url:
-        return False
-    from kbsync.store.edge.query import collection_created
-
-    return not collection_created(settings.store_path, settings.collection)

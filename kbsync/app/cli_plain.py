@@ -8,6 +8,10 @@ placing steps, so the two ways of ``kbsync ingest`` cannot drift
 and, under the write lock, chooses a new collection's model from its shares' language
 (:func:`kbsync.ingest.model_choice.choose_model`), closing the default runtime before the
 chosen one opens (one store handle per process).
+
+Beside it, the pieces both ways of the command share: the request and the flow's parameters
+made from the command's arguments (:func:`plain_request`, :func:`flow_parameters`), a run in
+process (:func:`run_in_process`), and the first-ingest test (:func:`first_ingest`).
 """
 
 from __future__ import annotations
@@ -51,3 +55,62 @@ class PlainExecutor(InProcess):
     def close(self) -> None:
         """Close the runtime (the store handle, the conversion workers)."""
         self.runtime.close()
+
+
+def globs(patterns: Sequence[str]) -> list[str]:
+    """Globs in the display form of relative paths (``\\xNN``, as in doc_ids), which they match."""
+    from kbsync.models import display_text
+
+    return [display_text(g) for g in patterns]
+
+
+def flow_parameters(args) -> dict:
+    """The ``ingest`` flow's parameters for the command's arguments, as JSON values (the
+    flow validates them into its types)."""
+    from kbsync.ingest.discover import root_parameter
+
+    return dict(roots=[root_parameter(r) for r in args.roots], namespace=args.namespace,
+                mode=args.mode, force=args.force, dry_run=args.dry_run,
+                include=globs(args.include), exclude=globs(args.exclude),
+                allow_mass_delete=args.allow_mass_delete,
+                max_delete_fraction=args.max_delete_fraction, rebind=args.rebind)
+
+
+def plain_request(args, run_id: str | None = None):
+    """The runner's :class:`~kbsync.ingest.runner.IngestRequest` for the command's
+    arguments (a fresh run id unless ``run_id``)."""
+    from kbsync.ingest.discover import parse_root
+    from kbsync.ingest.plan import DeleteGuard
+    from kbsync.ingest.runner import IngestRequest
+    from kbsync.models import SyncMode
+
+    given = {"run_id": run_id} if run_id else {}
+    return IngestRequest(
+        roots=tuple(parse_root(r) for r in args.roots), namespace=args.namespace,
+        mode=SyncMode(args.mode), force=args.force, dry_run=args.dry_run,
+        include=tuple(globs(args.include)), exclude=tuple(globs(args.exclude)),
+        guard=DeleteGuard(args.allow_mass_delete, args.max_delete_fraction), rebind=args.rebind,
+        **given)
+
+
+def run_in_process(request, executor, *, status: bool) -> tuple[dict, str]:
+    """``request`` run by ``executor`` (closed after): the JSON summary and the embedder's
+    description."""
+    from kbsync.app.console import ingest_status
+    from kbsync.ingest.runner import run_ingest
+
+    try:
+        with ingest_status(enabled=status):
+            result = run_ingest(request, executor).to_dict()
+        return result, executor.describe_embedder()
+    finally:
+        executor.close()
+
+
+def first_ingest(settings) -> bool:
+    """No chunk collection yet in the embedded store (looked for, never opened)."""
+    if settings.qdrant_url:
+        return False
+    from kbsync.store.edge.query import collection_created
+
+    return not collection_created(settings.store_path, settings.collection)
