@@ -93,9 +93,10 @@ def _probe(args, settings, run_id: str) -> tuple[dict, str]:
 def _kept_records() -> Iterator[list[logging.LogRecord]]:
     """The ``kbsync.*`` records logged inside, at the levels the loggers let through (as
     Prefect forwards them to a flow run's log)."""
+    from kbsync.app.prefect_rest import KeptRecords
+
     kept: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = kept.append  # type: ignore[method-assign]
+    handler = KeptRecords(kept)
     core = logging.getLogger("kbsync")
     core.addHandler(handler)
     try:

@@ -51,6 +51,17 @@ FLOW_FILE = Path(__file__).resolve().parents[2] / "flows" / "ingest.py"
 """The ``ingest`` flow's source: Prefect's flow version is the md5 of this file."""
 
 
+class KeptRecords(logging.Handler):
+    """A handler that keeps the records it is given, in ``kept``, for a run's log."""
+
+    def __init__(self, kept: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.kept = kept
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record)
+
+
 class RestFailed(Exception):
     """A request to the Prefect API failed (no answer, or an error status)."""
 
@@ -255,9 +266,7 @@ def _logs(run: IdleRun, run_id: str, known: set[str]) -> list[dict]:
 
     closing = logging.Logger("prefect.flow_runs")  # the flow's run logger; not in the tree
     kept: list[logging.LogRecord] = []
-    collector = logging.Handler()
-    collector.emit = kept.append  # type: ignore[method-assign]
-    closing.addHandler(collector)
+    closing.addHandler(KeptRecords(kept))
     log_failures(closing, run.summary, known=known)
     closing.info("embedding model: %s", run.embedder)
     closing.info("%s", count_line(run.summary))

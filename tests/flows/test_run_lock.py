@@ -15,10 +15,14 @@ def test_server_mode_creates_and_holds_a_global_concurrency_limit(prefect_api, s
     from kbsync.settings import Settings
 
     monkeypatch.setenv("KBSYNC_QDRANT_URL", "http://127.0.0.1:9")  # never contacted here
-    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "1")
+    # The holder takes a free limit: given time for the round trips on a loaded machine (a 1 s
+    # bound timed out there); only the second writer's wait is bounded tight.
+    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "120")
     server_settings = Settings()
+    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "1")
+    waiting_settings = Settings()
     name = limit_name(server_settings, "Team A")
-    assert name == "kbsync-write-kbsync-team-a"
+    assert name == "kbsync-write-kbsync-team-a" == limit_name(waiting_settings, "Team A")
 
     @flow
     def hold_twice() -> None:
@@ -29,7 +33,7 @@ def test_server_mode_creates_and_holds_a_global_concurrency_limit(prefect_api, s
                 limit = client.read_global_concurrency_limit_by_name(name)
             assert limit.limit == 1 and limit.active_slots == 1
             with pytest.raises(LockHeld, match=name):
-                with run_lock(server_settings, "Team A"):
+                with run_lock(waiting_settings, "Team A"):
                     pass
 
     hold_twice()
@@ -45,8 +49,10 @@ def test_server_mode_with_no_wait_refuses_at_once(prefect_api, settings, monkeyp
     from kbsync.settings import Settings
 
     monkeypatch.setenv("KBSYNC_QDRANT_URL", "http://127.0.0.1:9")  # never contacted here
-    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "0")
+    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "120")  # the holder: see the test above
     server_settings = Settings()
+    monkeypatch.setenv("KBSYNC_LOCK_TIMEOUT_S", "0")
+    waiting_settings = Settings()
     outcome: dict = {}
 
     @flow
@@ -55,7 +61,7 @@ def test_server_mode_with_no_wait_refuses_at_once(prefect_api, settings, monkeyp
             def second() -> None:
                 started = time.monotonic()
                 try:
-                    with run_lock(server_settings, "Team B"):
+                    with run_lock(waiting_settings, "Team B"):
                         outcome["error"] = None
                 except LockHeld as exc:
                     outcome["error"] = str(exc)
