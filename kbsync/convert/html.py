@@ -43,9 +43,8 @@ import codecs
 import html as html_lib
 import logging
 import re
+from functools import cache
 from importlib.metadata import version
-
-import html_to_markdown as h2m
 
 # the Markdown fix-ups the converters share
 from kbsync.convert.html_depth import MAX_DEPTH, flatten_deep
@@ -91,20 +90,28 @@ _DROP_NAMES = ("cookie-banner", "cookies", "cookie-consent", "breadcrumb", "brea
 _SELECTORS = [*_DROP_TAGS, *(f'[role="{r}"]' for r in _DROP_ROLES),
               *(f".{n}" for n in _DROP_NAMES), *(f"#{n}" for n in _DROP_NAMES)]
 
-_OPTIONS = h2m.ConversionOptions(
-    extract_metadata=False,  # else a YAML front matter of <meta> tags heads the Markdown
-    preprocessing=h2m.PreprocessingOptions(enabled=False),
-    exclude_selectors=_SELECTORS,
-    strip_tags=["var"],  # <var> inside <em> gave "*(*fn*)*": keep the text, not the markup
-    bullets="-",
-    compact_tables=True,  # no column padding: fewer tokens for the same table
-)
-_LIBRARY_ERRORS = (h2m.ConversionError, h2m.ParseError, h2m.InvalidInputError, h2m.InputTooLargeError,
-                   h2m.PanicError, h2m.SanitizationError, h2m.OtherError, h2m.IoError)
+@cache
+def _library():
+    """``(html_to_markdown, its options, the errors it raises)``, imported on the first page:
+    the plan of a run with nothing to convert never pays its import (~50 ms)."""
+    import html_to_markdown as h2m
+
+    options = h2m.ConversionOptions(
+        extract_metadata=False,  # else a YAML front matter of <meta> tags heads the Markdown
+        preprocessing=h2m.PreprocessingOptions(enabled=False),
+        exclude_selectors=_SELECTORS,
+        strip_tags=["var"],  # <var> inside <em> gave "*(*fn*)*": keep the text, not the markup
+        bullets="-",
+        compact_tables=True,  # no column padding: fewer tokens for the same table
+    )
+    errors = (h2m.ConversionError, h2m.ParseError, h2m.InvalidInputError, h2m.InputTooLargeError,
+              h2m.PanicError, h2m.SanitizationError, h2m.OtherError, h2m.IoError)
+    return h2m, options, errors
 
 
 def preload() -> None:
-    """Nothing to warm (the native module loads with this module); kept for symmetry."""
+    """Import the library (a conversion worker's forkserver does before it forks)."""
+    _library()
 
 
 def convert_html(data: bytes, *, name: str) -> Extracted:
@@ -141,11 +148,12 @@ def convert_html(data: bytes, *, name: str) -> Extracted:
 
 def _to_markdown(text: str, name: str) -> tuple[str, str | None]:
     """(Markdown, the library's depth warning or None) of a page's text."""
+    h2m, options, errors = _library()
     try:
-        result = h2m.convert(text, _OPTIONS)
+        result = h2m.convert(text, options)
     except MemoryError:
         raise
-    except _LIBRARY_ERRORS as exc:
+    except errors as exc:
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise CorruptDocument(f"{name}: cannot read HTML ({type(exc).__name__}: {detail})") from exc
     cut = None

@@ -113,9 +113,10 @@ def _worker_main(conn: Connection, memory_mb: int | None, target: Callable[..., 
     if memory_mb:
         limit = memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from kbsync.convert import ocr as ocr_module, office
+    from kbsync.convert import html, ocr as ocr_module, office
 
     office.preload()
+    html.preload()
     reserve = bytearray(_RESERVE_BYTES)
     ocr_module.set_page_hook(lambda seconds: conn.send(("ocr-page", seconds)))
     conn.send(("ready", None))
