@@ -19,9 +19,9 @@ time in them, and runs them in process here), and the flow's watchdog (the run i
 fraction of a second).
 
 Limits: spoken only when every Prefect API setting is one this client honours
-(:func:`rest_settings`: the URL, an API key or a basic-auth string, from the environment or
-the active profile); anything else (TLS options, custom headers, CSRF support) goes through
-Prefect's own client, as every run with work does.
+(:func:`rest_settings`: the URL of a self-hosted server and its basic-auth string, from the
+environment or the active profile); anything else (Prefect Cloud's API key, TLS options,
+custom headers) goes through Prefect's own client, as every run with work does.
 """
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ from kbsync.errors import OrchestratorUnavailable
 
 log = logging.getLogger(__name__)
 
-SPOKEN = frozenset({"PREFECT_API_URL", "PREFECT_API_KEY", "PREFECT_API_AUTH_STRING"})
+SPOKEN = frozenset({"PREFECT_API_URL", "PREFECT_API_AUTH_STRING"})
 """The API settings this client honours; any other ``PREFECT_API_*`` or ``PREFECT_CLIENT_*``
-setting leaves the run to Prefect's client."""
+setting leaves the run to Prefect's client. Not ``PREFECT_API_KEY``: a key means Prefect
+Cloud, whose API this client was not tested against (its events come in over a websocket);
+its runs stay the flow's."""
 TIMEOUT_S = 10.0
 """Seconds one request may take (a local server answers in milliseconds)."""
 FLOW_NAME = "ingest"
@@ -92,7 +94,7 @@ def rest_settings() -> dict[str, str] | None:
     """The API settings when this client can honour every one of them, else None."""
     values = prefect_settings()
     url = values.get("PREFECT_API_URL", "")
-    if not url.startswith(("http://", "https://")):
+    if not url.startswith(("http://", "https://")) or "/accounts/" in url:  # Cloud's URLs
         return None
     for key, value in values.items():
         if key.startswith(("PREFECT_API_", "PREFECT_CLIENT_")) and key not in SPOKEN and value:
@@ -110,9 +112,7 @@ class PrefectRest:
     def __init__(self, settings: dict[str, str]) -> None:
         self.url = settings["PREFECT_API_URL"].rstrip("/")
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if settings.get("PREFECT_API_KEY"):
-            self.headers["Authorization"] = f"Bearer {settings['PREFECT_API_KEY']}"
-        elif settings.get("PREFECT_API_AUTH_STRING"):
+        if settings.get("PREFECT_API_AUTH_STRING"):  # a self-hosted server's basic auth
             token = base64.b64encode(settings["PREFECT_API_AUTH_STRING"].encode()).decode()
             self.headers["Authorization"] = f"Basic {token}"
 

@@ -178,3 +178,51 @@ def test_an_interrupted_probe_ends_its_run_crashed_and_work_deletes_it(
     # A root with work (never ingested): the probe stops before writing, its run is gone.
     assert cli_recorded.recorded_if_idle(_args(f"work{tag}={share}", "default"), settings) is None
     assert _runs(f"work{tag}") == []
+
+
+def _clean_prefect_env(monkeypatch, tmp_path):
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("PREFECT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+
+
+def test_only_a_self_hosted_api_it_fully_understands_is_spoken_to(monkeypatch, tmp_path):
+    from kbsync.app.prefect_rest import PrefectRest, rest_settings
+
+    _clean_prefect_env(monkeypatch, tmp_path)
+    assert rest_settings() is None  # no API at all
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
+    assert rest_settings() == {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "admin:pass")
+    api = PrefectRest(rest_settings())
+    assert api.headers["Authorization"] == "Basic YWRtaW46cGFzcw=="  # base64 of admin:pass
+    for key, value in (("PREFECT_API_KEY", "pnu_secret"),  # Prefect Cloud: the flow's client
+                       ("PREFECT_API_TLS_INSECURE_SKIP_VERIFY", "true"),
+                       ("PREFECT_CLIENT_CUSTOM_HEADERS", '{"X-Team": "a"}')):
+        monkeypatch.setenv(key, value)
+        assert rest_settings() is None, key
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PREFECT_API_URL", "https://api.prefect.cloud/api/accounts/a/workspaces/b")
+    assert rest_settings() is None
+
+
+def test_the_active_profile_is_read_and_the_environment_wins(monkeypatch, tmp_path):
+    from kbsync.app.cli_ingest import prefect_api_configured
+    from kbsync.app.prefect_rest import rest_settings
+
+    _clean_prefect_env(monkeypatch, tmp_path)
+    (tmp_path / "prefect").mkdir()
+    (tmp_path / "prefect" / "profiles.toml").write_text(
+        'active = "team"\n[profiles.team]\nPREFECT_API_URL = "http://10.0.0.5:4200/api"\n'
+        'PREFECT_API_AUTH_STRING = "u:p"\n', encoding="utf-8")
+    assert prefect_api_configured()
+    assert rest_settings() == {"PREFECT_API_URL": "http://10.0.0.5:4200/api",
+                               "PREFECT_API_AUTH_STRING": "u:p"}
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
+    assert rest_settings()["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
+    monkeypatch.setenv("PREFECT_PROFILE", "ephemeral")  # a profile without an API
+    monkeypatch.delenv("PREFECT_API_URL")
+    assert not prefect_api_configured() and rest_settings() is None
