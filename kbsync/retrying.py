@@ -15,24 +15,28 @@ tenacity runs the loop (stop, retry predicate, before-sleep hook, injectable
 sleep, re-raise). The wait is ours: tenacity's ``wait_random_exponential``
 draws from the global ``random`` (callers inject a seeded, locked source), and
 its ``wait_combine`` adds waits where Retry-After must be a floor.
+
+tenacity is imported when a retry loop first runs, not with this module: its import pulls in
+tornado when installed (Dask's), ~30-60 ms that every search's ``import kbsync.api`` paid.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TypeVar
-
-import tenacity
-from tenacity.wait import wait_base
+from typing import TYPE_CHECKING, TypeVar
 
 from kbsync.errors import TransientError
+
+if TYPE_CHECKING:
+    import tenacity
 
 T = TypeVar("T")
 
 
-class FullJitterAtLeastRetryAfter(wait_base):
-    """Full-jitter exponential backoff, floored by the exception's ``retry_after``.
+class FullJitterAtLeastRetryAfter:
+    """Full-jitter exponential backoff, floored by the exception's ``retry_after``: a wait
+    for tenacity (any callable of the retry state is one).
 
     Args:
         base_s: ceiling of the first wait; doubles per attempt.
@@ -43,16 +47,23 @@ class FullJitterAtLeastRetryAfter(wait_base):
 
     def __init__(self, *, base_s: float, max_s: float, retry_after_max_s: float,
                  uniform: Callable[[float, float], float] = random.uniform) -> None:
-        self._ceiling = tenacity.wait_exponential(multiplier=base_s, max=max_s)
+        self._base_s, self._max_s = base_s, max_s
         self._retry_after_max_s = retry_after_max_s
         self._uniform = uniform
 
-    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+    def __call__(self, retry_state: "tenacity.RetryCallState") -> float:
         """Seconds to wait after the attempt ``retry_state`` just failed."""
-        backoff = self._uniform(0.0, self._ceiling(retry_state))
+        backoff = self._uniform(0.0, self._ceiling(retry_state.attempt_number))
         exc = retry_state.outcome.exception() if retry_state.outcome else None
         retry_after = getattr(exc, "retry_after", None) or 0.0
         return max(backoff, min(float(retry_after), self._retry_after_max_s))
+
+    def _ceiling(self, attempt: int) -> float:
+        """``min(max_s, base_s * 2 ** (attempt - 1))``, as tenacity's ``wait_exponential``."""
+        try:
+            return max(0.0, min(self._max_s, self._base_s * 2 ** (attempt - 1)))
+        except OverflowError:
+            return self._max_s
 
 
 def call_with_retries(
@@ -66,6 +77,8 @@ def call_with_retries(
         retry_on: every one of ``attempts`` calls failed with it (the last one is raised).
         BaseException: whatever else ``fn`` raised, at once.
     """
+
+    import tenacity
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
