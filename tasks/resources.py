@@ -43,6 +43,19 @@ def runtime_for(settings: Settings) -> Runtime[Embedder]:
         return runtime
 
 
+def adopt(runtime: Runtime[Embedder]) -> None:
+    """Make ``runtime`` (opened in this process, store and relay included) the one
+    :func:`runtime_for` returns for its settings, so a flow run that follows uses that open
+    store instead of closing and opening it again (the CLI's plan before its flow:
+    ``kbsync.app.cli_recorded``). One already open for those settings is kept and
+    ``runtime`` closed."""
+    key = _key(runtime.settings)
+    with _lock:
+        kept = _runtimes.setdefault(key, runtime)
+    if kept is not runtime:
+        runtime.close()
+
+
 def worker_runtime_for(settings: Settings) -> WorkerRuntime:
     """The process-wide store-free runtime for ``settings`` (a Dask worker process's: it
     prepares batches for the flow's process, which holds the embedded store)."""

@@ -96,15 +96,21 @@ def plain_request(args, run_id: str | None = None):
 def run_in_process(request, executor, *, status: bool) -> tuple[dict, str]:
     """``request`` run by ``executor`` (closed after): the JSON summary and the embedder's
     description."""
+    try:
+        return run_keeping_open(request, executor, status=status)
+    finally:
+        executor.close()
+
+
+def run_keeping_open(request, executor, *, status: bool) -> tuple[dict, str]:
+    """``request`` run by ``executor``, left open: the JSON summary and the embedder's
+    description."""
     from kbsync.app.console import ingest_status
     from kbsync.ingest.runner import run_ingest
 
-    try:
-        with ingest_status(enabled=status):
-            result = run_ingest(request, executor).to_dict()
-        return result, executor.describe_embedder()
-    finally:
-        executor.close()
+    with ingest_status(enabled=status):
+        result = run_ingest(request, executor).to_dict()
+    return result, executor.describe_embedder()
 
 
 def first_ingest(settings) -> bool:

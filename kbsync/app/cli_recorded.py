@@ -9,7 +9,8 @@ an executor that stops at the first root with something to write (:class:`ProbeE
   state: :func:`~kbsync.app.prefect_rest.record_idle_run`) and its summary returned.
 - A root with work, or a refusal or outage (which the flow records as its own Failed run,
   with its refusal summary): the flow run opened here is deleted and None returned; the
-  caller runs the ``ingest`` flow, which plans again from the start. What the probe did
+  caller runs the ``ingest`` flow, which plans again from the start, on the probe's runtime,
+  store still open (:func:`_keep_for_the_flow`). What the probe did
   before it stopped is what the flow does first anyway (checks, idle roots' finish: grants
   and capture marks), idempotent, each under the write lock.
 - Interrupted, or an internal error: the flow run is ended Crashed, and the error goes on.
@@ -81,12 +82,32 @@ def recorded_if_idle(args, settings) -> dict | None:
 
 def _probe(args, settings, run_id: str) -> tuple[dict, str]:
     """The run in this process under ``run_id``, stopped by :class:`WorkToDo` at the first
-    root with something to write."""
-    from kbsync.app.cli_plain import plain_request, run_in_process
+    root with something to write, or ended by a refusal (a :class:`KbsyncError`): then the
+    runtime stays open for the flow (:func:`_keep_for_the_flow`)."""
+    from kbsync.app.cli_plain import plain_request, run_keeping_open
     from kbsync.app.locks import write_locks
 
     executor = ProbeExecutor(settings, locks=write_locks(settings))
-    return run_in_process(plain_request(args, run_id), executor, status=not args.json)
+    try:
+        outcome = run_keeping_open(plain_request(args, run_id), executor, status=not args.json)
+    except (WorkToDo, KbsyncError):
+        _keep_for_the_flow(executor)
+        raise
+    except BaseException:
+        executor.close()
+        raise
+    executor.close()
+    return outcome
+
+
+def _keep_for_the_flow(executor: ProbeExecutor) -> None:
+    """Give the probe's runtime, store open, to the flow about to run in this process
+    (:func:`tasks.resources.adopt`): closing it and opening it again let a ``kbsync serve``
+    that had handed the store over take it back in between, and under steady searches keep
+    it without a relay, so the flow found the folder locked (StoreUnavailable)."""
+    from tasks.resources import adopt  # late: imports Prefect, which the flow needs now
+
+    adopt(executor.runtime)
 
 
 @contextmanager

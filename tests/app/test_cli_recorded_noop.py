@@ -175,9 +175,18 @@ def test_an_interrupted_probe_ends_its_run_crashed_and_work_deletes_it(
     assert run.state.type is StateType.CRASHED and "KeyboardInterrupt" in run.state.message
 
     monkeypatch.setattr(cli_recorded, "_probe", probe)
-    # A root with work (never ingested): the probe stops before writing, its run is gone.
+    # A root with work (never ingested): the probe stops before writing, its run is gone,
+    # and its runtime, store open, is the one the flow in this process will use.
+    from tasks import resources
+
     assert cli_recorded.recorded_if_idle(_args(f"work{tag}={share}", "default"), settings) is None
     assert _runs(f"work{tag}") == []
+    adopted = resources._runtimes.get(resources._key(settings))
+    try:
+        assert adopted is not None and resources.runtime_for(settings) is adopted
+        assert adopted.store.count(settings.collection) == 0  # open: nothing written
+    finally:
+        resources.release(settings)
 
 
 def _clean_prefect_env(monkeypatch, tmp_path):
