@@ -12,8 +12,11 @@ ingest out, and must keep answering while it runs, so the store changes hands:
   ingest's relay answers (at most :data:`HANDOVER_S`), only waits for that relay: it never
   snatches the folder back in between. Requests arriving meanwhile wait for it (~0.1 s).
 - **The ingest ends:** the relay client opens the folder directly
-  (:class:`~kbsync.store.edge.relay_client.RelayStore`); once no request uses it, the
-  holder closes that store and opens it again *direct*, relay included.
+  (:class:`~kbsync.store.edge.relay_client.RelayStore`), without a relay. From then on that
+  store is handed to no new request; once the requests using it finish, the holder closes it
+  and the next request opens the folder again *direct*, relay included. A writer starting in
+  between finds no relay to ask and waits for it
+  (:func:`~kbsync.store.edge.relay_client.take_or_ask`).
 
 On a Qdrant server (``KBSYNC_QDRANT_URL``) there is nothing to hand over: one client,
 shared by every request (*server*).
@@ -54,6 +57,7 @@ class StoreHolder:
         self.settings = settings
         self._cond = threading.Condition()
         self._store: Any = None
+        self._retiring: Any = None  # a writer's ended relay store, closed by its last user
         self._users = 0
         self._releasing = False
         self._yield_until = 0.0
@@ -66,7 +70,7 @@ class StoreHolder:
     def use(self) -> Iterator[Any]:
         """The store, for one request; closed in between only by a release."""
         with self._cond:
-            while self._releasing:
+            while self._releasing or self._retiring is not None:
                 self._cond.wait()
             if self._closed:
                 raise StoreUnavailable("kbsync serve is stopping")
@@ -77,15 +81,28 @@ class StoreHolder:
         try:
             yield store
         finally:
+            self._done_with(store)
+
+    def _done_with(self, store: Any) -> None:
+        """One request is done with ``store``. A relay store whose writer ended opened the
+        folder itself, without a relay (``_direct``): it is handed out no more, and the
+        last request using it closes it, so the next one holds the folder again, relay
+        included, and a writer starting now can ask for it (before, steady requests kept
+        it open and such a writer was refused)."""
+        with self._cond:
+            self._users -= 1
+            if self._store is store and getattr(store, "_direct", None) is not None:
+                self._store, self.mode, self._retiring = None, "idle", store
+            last = self._retiring is store and self._users == 0
+            self._cond.notify_all()
+        if not last:
+            return
+        try:
+            store.close()
+        finally:
             with self._cond:
-                self._users -= 1
-                stale = (self._users == 0 and self._store is store
-                         and getattr(store, "_direct", None) is not None)
-                if stale:  # the ingest ended: hold the folder ourselves again, relay included
-                    self._store, self.mode = None, "idle"
+                self._retiring = None
                 self._cond.notify_all()
-            if stale:
-                store.close()
 
     def run(self, work: Callable[[Any], T]) -> T:
         """``work(store)``; once more when a relay store lost its writer mid-call."""

@@ -57,24 +57,17 @@ def open_store(settings: "Settings", *, serve_readers: bool = False) -> VectorSt
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         return ServerStore.from_url(settings.qdrant_url, key,
                                     cluster=ClusterConfig.from_settings(settings))
-    from kbsync.errors import StoreUnavailable
     from kbsync.home import open_home
-    from kbsync.store.edge.store import EdgeStore
     from kbsync.store.edge.relay import socket_path
-    from kbsync.store.edge.relay_client import open_reader
+    from kbsync.store.edge.relay_client import open_reader, take_or_ask
 
     open_home(settings.home, shared_group=settings.shared_group)  # HomeExposed: others can read it
     relay_socket = socket_path(settings.home, settings.store_path)
     if serve_readers:
-        try:
-            store = EdgeStore(settings.store_path)
-        except StoreUnavailable:
-            # `kbsync serve` holding it hands it over (kbsync.serve.holder); an ingest does not
-            from kbsync.store.edge.relay_client import ask_release
-
-            store = ask_release(settings.store_path, relay_socket)
-            if store is None:
-                return open_reader(settings.store_path, relay_socket)
+        # `kbsync serve` holding it hands it over (kbsync.serve.holder); an ingest does not
+        store = take_or_ask(settings.store_path, relay_socket)
+        if store is None:
+            return open_reader(settings.store_path, relay_socket)
         store.serve_readers(relay_socket)
         return store
     return open_reader(settings.store_path, relay_socket)

@@ -69,3 +69,43 @@ def test_an_ingest_takes_the_store_from_serve_and_searches_never_fail(prefect_ap
                                               server.seen())]
         print(f"searches during the ingest: {answered[0]}, slowest {max(waits):.0f} ms, "
               f"median {sorted(waits)[len(waits) // 2]:.1f} ms")
+
+
+@pytest.mark.slow  # ~15 s: three ingests and a server
+def test_a_writer_right_after_another_under_steady_searches_gets_the_store(tmp_path) -> None:
+    """Two ingests back to back while searches keep coming: when the first ends, serve's
+    reader of its relay opens the folder itself (no relay); it must not keep it while
+    requests keep coming, or the second ingest finds the folder held by a process that
+    serves no reads and is refused (StoreUnavailable)."""
+    root = tmp_path / "share"
+    _share(root, 0, 20, "volcano")
+    env = {k: v for k, v in serve_env(tmp_path / "home", None).items()
+           if k != "PREFECT_API_URL"}
+    assert kbsync(env, "ingest", f"share={root}", "--json", timeout=600).returncode == 0
+    sock = tmp_path / "kb.sock"
+    with Server(env, "--socket", str(sock)) as server:
+        stop, errors, answered = threading.Event(), [], [0]
+
+        def hammer() -> None:
+            with ServerClient(unix=sock) as mine:
+                while not stop.is_set():
+                    try:
+                        mine.search({"query": "volcano measured", "k": 5})
+                        answered[0] += 1
+                    except Exception as exc:  # noqa: BLE001 - counted, then asserted none
+                        errors.append(exc)
+        threads = [threading.Thread(target=hammer) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        try:
+            for n, word in enumerate(("glacier", "desert")):
+                _share(root, 20 + 10 * n, 10, word)
+                done = kbsync(env, "ingest", f"share={root}", "--json", timeout=600)
+                assert done.returncode == 0, f"ingest {n + 1}: {done.stderr}"
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+        assert errors == [] and answered[0] > 0, server.seen()
+        hits = ServerClient(unix=sock).search({"query": "desert measured", "k": 5})["results"]
+        assert hits and all("desert" in h["text"] for h in hits)

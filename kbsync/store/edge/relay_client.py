@@ -38,6 +38,9 @@ CONNECT_TIMEOUT_S = 2.0
 CALL_TIMEOUT_S = 30.0
 """Longest wait for one answer: an ingest's engine call (an upsert page) takes well under 1 s."""
 OPEN_WAIT_S = 1.0
+ABSENT_RELAY_S = 5.0
+"""How long a writer waits for the relay of a holder that serves none yet (:func:`take_or_ask`):
+``kbsync serve`` opens the folder again, relay included, once the requests in flight finish."""
 CONNECTIONS = 8
 """Most connections one :class:`RelayStore` keeps to a relay (of the relay's 32): calls from
 several threads (``kbsync serve`` answering many readers during an ingest) go out side by side,
@@ -74,17 +77,40 @@ def open_reader(store_path: Path, socket_path: Path, *, wait_s: float = OPEN_WAI
     return _acquire(Path(store_path), Path(socket_path), wait_s, connect)
 
 
+def take_or_ask(store_path: Path, socket_path: Path, *, wait_s: float = ABSENT_RELAY_S) -> Any:
+    """For a writer: the ``EdgeStore`` of a free folder or of one its holder handed over
+    (:func:`ask_release`); ``None`` when the holder keeps it. A holder serving no relay *yet*
+    is waited for within ``wait_s``: ``kbsync serve`` between two stores, as a writer right
+    after another meets it (``kbsync.serve.holder``)."""
+    from kbsync.store.edge.store import EdgeStore
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return EdgeStore(store_path)
+        except StoreUnavailable:
+            try:
+                return ask_release(store_path, socket_path)
+            except _RelayAbsent:
+                if time.monotonic() >= deadline:
+                    return None
+        time.sleep(_POLL_S)
+
+
 def ask_release(store_path: Path, socket_path: Path, *, wait_s: float = 30.0) -> Any:
     """For a writer that found the folder locked: ask its holder to hand it over (only
     ``kbsync serve`` agrees, see :mod:`kbsync.store.edge.relay`) and return the
-    ``EdgeStore`` once it is free, within ``wait_s``; ``None`` when the holder refused,
-    serves no relay, or kept the store.
+    ``EdgeStore`` once it is free, within ``wait_s``; ``None`` when the holder refused or
+    kept the store.
+
+    Raises:
+        _RelayAbsent: the holder serves no relay (yet).
     """
     from kbsync.store.edge.store import EdgeStore
 
     try:
         store = RelayStore.connect(store_path, socket_path, call_timeout_s=5.0)
-    except (_RelayAbsent, KbsyncError) as exc:
+    except KbsyncError as exc:
         log.debug("no holder to ask for %s: %s", store_path, exc)
         return None
     try:
