@@ -74,9 +74,13 @@ def recorded_if_idle(args, settings) -> dict | None:
         raise
     from kbsync.app.prefect_rest import IdleRun, record_idle_run
 
-    record_idle_run(api, IdleRun(run_id=run_id, flow_id=flow_id, parameters=parameters,
-                                 summary=summary, ended=time.time(), embedder=embedder,
-                                 records=records))
+    try:
+        record_idle_run(api, IdleRun(run_id=run_id, flow_id=flow_id, parameters=parameters,
+                                     summary=summary, ended=time.time(), embedder=embedder,
+                                     records=records))
+    except (KeyboardInterrupt, SystemExit) as exc:  # never left Running
+        api.crash_run(run_id, f"{type(exc).__name__} while the run was recorded")
+        raise
     return summary
 
 

@@ -41,11 +41,13 @@ from kbsync.errors import OrchestratorUnavailable
 
 log = logging.getLogger(__name__)
 
-SPOKEN = frozenset({"PREFECT_API_URL", "PREFECT_API_AUTH_STRING"})
-"""The API settings this client honours; any other ``PREFECT_API_*`` or ``PREFECT_CLIENT_*``
-setting leaves the run to Prefect's client. Not ``PREFECT_API_KEY``: a key means Prefect
-Cloud, whose API this client was not tested against (its events come in over a websocket);
-its runs stay the flow's."""
+UNSPOKEN = ("PREFECT_API_KEY", "PREFECT_API_TLS_INSECURE_SKIP_VERIFY", "PREFECT_API_SSL_CERT_FILE",
+            "PREFECT_CLIENT_CUSTOM_HEADERS")
+"""Client settings that change how Prefect's own client reaches the API: any of them set
+leaves the run to that client. ``PREFECT_API_KEY`` means Prefect Cloud, whose API this client
+was not tested against (its events come in over a websocket). Server-side settings (the
+database, services) do not matter here; a server that refuses these requests (CSRF
+protection on, say) refuses the first one, and the flow records the run instead."""
 TIMEOUT_S = 10.0
 """Seconds one request may take (a local server answers in milliseconds)."""
 FLOW_NAME = "ingest"
@@ -96,10 +98,9 @@ def rest_settings() -> dict[str, str] | None:
     url = values.get("PREFECT_API_URL", "")
     if not url.startswith(("http://", "https://")) or "/accounts/" in url:  # Cloud's URLs
         return None
-    for key, value in values.items():
-        if key.startswith(("PREFECT_API_", "PREFECT_CLIENT_")) and key not in SPOKEN and value:
-            return None
-    return {k: values[k] for k in SPOKEN if values.get(k)}
+    if any(values.get(key) for key in UNSPOKEN):
+        return None
+    return {k: values[k] for k in ("PREFECT_API_URL", "PREFECT_API_AUTH_STRING") if values.get(k)}
 
 
 class PrefectRest:

@@ -214,6 +214,8 @@ def test_only_a_self_hosted_api_it_fully_understands_is_spoken_to(monkeypatch, t
         monkeypatch.setenv(key, value)
         assert rest_settings() is None, key
         monkeypatch.delenv(key)
+    monkeypatch.setenv("PREFECT_API_DATABASE_CONNECTION_URL", "sqlite+aiosqlite:///x.db")
+    assert rest_settings() is not None  # a server-side setting: not the client's business
     monkeypatch.setenv("PREFECT_API_URL", "https://api.prefect.cloud/api/accounts/a/workspaces/b")
     assert rest_settings() is None
 
