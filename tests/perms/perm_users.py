@@ -101,6 +101,11 @@ def random_share(root: Path, people: People, *, seed: int, tops: int = 3, per_fo
     owners = [*people.users, "root"]
     files: list[Path] = []
     folders: list[Path] = []
+    # The root itself everyone may enter, whatever this process's umask: the tree below is
+    # what is random. (Made by mkdir, it followed the umask, and a worker whose umask an
+    # earlier test had left at 077 made a root no user could enter: every view empty.)
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
     for top in range(tops):
         for mid in range(4):
             for leaf in range(2):
