@@ -25,14 +25,21 @@ def prefect_api():
         yield PREFECT_API_URL.value()
 
 
+SESSION_UMASK = os.umask(0o022)
+os.umask(SESSION_UMASK)
+"""The worker's umask when the session began."""
+
+
 @pytest.fixture(autouse=True)
 def _umask_per_test():
     """Each test starts from the session's umask: opening a home sets the process's
-    (kbsync.home), which would otherwise leak into the tests that follow."""
-    before = os.umask(0o022)
-    os.umask(before)
+    (kbsync.home), which would otherwise leak into the tests that follow. Set, not read: a
+    module- or session-scoped fixture that opened a home in this process ran before this
+    fixture, and reading the umask here kept its 077 for every later test of the worker
+    (a share root made by one of them was then closed to every other user)."""
+    os.umask(SESSION_UMASK)
     yield
-    os.umask(before)
+    os.umask(SESSION_UMASK)
     from kbsync import home
 
     home.reset()
