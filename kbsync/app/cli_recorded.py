@@ -50,7 +50,7 @@ def recorded_if_idle(args, settings) -> dict | None:
     """The run's JSON summary when it had nothing to write and is recorded at the API;
     None when the ``ingest`` flow must run it (see the module docstring)."""
     from kbsync.app import cli_plain
-    from kbsync.app.prefect_rest import PrefectRest, RestFailed
+    from kbsync.app.prefect_rest import IdleRun, PrefectRest, RestFailed, record_idle_run
 
     api = PrefectRest.from_environment()
     if api is None or args.force or cli_plain.first_ingest(settings):
@@ -72,8 +72,6 @@ def recorded_if_idle(args, settings) -> dict | None:
     except BaseException as exc:
         api.crash_run(run_id, f"{type(exc).__name__}: {exc}"[:500])
         raise
-    from kbsync.app.prefect_rest import IdleRun, record_idle_run
-
     try:
         record_idle_run(api, IdleRun(run_id=run_id, flow_id=flow_id, parameters=parameters,
                                      summary=summary, ended=time.time(), embedder=embedder,

@@ -299,15 +299,15 @@ def _artifacts(api: PrefectRest, run: IdleRun, run_id: str, outcome: str) -> Non
 def _finished_event(summary: dict, run_id: str, name: str, flow_id: str) -> dict:
     """:func:`tasks.events.sync_finished`'s event, with the related resources Prefect adds
     inside a flow run (the run and its flow; a CLI run has no deployment)."""
+    from kbsync.ingest.run_record import (SYNC_FINISHED, sync_finished_payload,
+                                          sync_finished_resource)
+
     return {
         "id": str(uuid.uuid4()), "occurred": _when(datetime.now(timezone.utc).timestamp()),
-        "event": "kbsync.sync.finished",
-        "resource": {"prefect.resource.id": f"kbsync.sync.{summary['run_id']}",
-                     "prefect.resource.name": summary["namespace"]},
+        "event": SYNC_FINISHED, "resource": sync_finished_resource(summary),
         "related": [
             {"prefect.resource.id": f"prefect.flow-run.{run_id}",
              "prefect.resource.role": "flow-run", "prefect.resource.name": name},
             {"prefect.resource.id": f"prefect.flow.{flow_id}",
              "prefect.resource.role": "flow", "prefect.resource.name": FLOW_NAME}],
-        "payload": {key: summary[key] for key in (
-            "namespace", "mode", "files_seen", "added", "updated", "deleted", "failed")}}
+        "payload": sync_finished_payload(summary)}

@@ -63,6 +63,22 @@ def run_outcome(summary: dict, *, new: int) -> str:
     return f"completed: {failed} known failed file{'s' if failed != 1 else ''} (none new)"
 
 
+SYNC_FINISHED = "kbsync.sync.finished"
+"""The event an ingest run that did its work emits (``tasks.events``: when and why)."""
+
+
+def sync_finished_resource(summary: dict) -> dict[str, str]:
+    """The resource :data:`SYNC_FINISHED` is about: the run's sync, named by its namespace."""
+    return {"prefect.resource.id": f"kbsync.sync.{summary['run_id']}",
+            "prefect.resource.name": summary["namespace"]}
+
+
+def sync_finished_payload(summary: dict) -> dict:
+    """The payload of :data:`SYNC_FINISHED`: the namespace and the run's counts."""
+    return {key: summary[key] for key in (
+        "namespace", "mode", "files_seen", "added", "updated", "deleted", "failed")}
+
+
 def failed_message(summary: dict, *, new: int) -> str:
     """The message of a run that ends Failed on ``new`` new failed files."""
     message = f"{summary['failed']} of {summary['files_seen']} files failed"

@@ -22,6 +22,32 @@ def _share(root, start: int, count: int, word: str) -> None:
                                            f"{word} was measured twice.\n")
 
 
+class Hammer:
+    """Clients searching ``sock`` without pause in threads of their own, until :meth:`stop`;
+    ``answered`` and ``errors`` count what they got."""
+
+    def __init__(self, sock, clients: int = 3) -> None:
+        self.sock, self.answered, self.errors = sock, 0, []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(clients)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        with ServerClient(unix=self.sock) as mine:
+            while not self._stop.is_set():
+                try:
+                    mine.search({"query": "volcano measured", "k": 5})
+                    self.answered += 1
+                except Exception as exc:  # noqa: BLE001 - counted, then asserted none
+                    self.errors.append(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+
 @pytest.mark.slow  # ~1 minute: two ingests
 @pytest.mark.parametrize("way", ["flow", "plain"])
 def test_an_ingest_takes_the_store_from_serve_and_searches_never_fail(prefect_api, way,
@@ -41,33 +67,19 @@ def test_an_ingest_takes_the_store_from_serve_and_searches_never_fail(prefect_ap
         assert client.health()["store"] in ("idle", "direct")
         assert client.search({"query": "volcano", "k": 3})["results"]
         assert client.health()["store"] == "direct"
-        stop, errors, answered = threading.Event(), [], [0]
-
-        def hammer() -> None:
-            with ServerClient(unix=sock) as mine:
-                while not stop.is_set():
-                    try:
-                        mine.search({"query": "volcano measured", "k": 5})
-                        answered[0] += 1
-                    except Exception as exc:  # noqa: BLE001 - counted, then asserted none
-                        errors.append(exc)
-        threads = [threading.Thread(target=hammer) for _ in range(3)]
-        for thread in threads:
-            thread.start()
+        hammer = Hammer(sock)
         _share(root, 40, 20, "glacier")
         done = kbsync(env, "ingest", f"share={root}", "--json", timeout=600)
-        stop.set()
-        for thread in threads:
-            thread.join(60)
+        hammer.stop()
         assert done.returncode == 0, done.stderr  # never locked out by serve
-        assert errors == [] and answered[0] > 0, server.seen() + done.stderr
+        assert hammer.errors == [] and hammer.answered > 0, server.seen() + done.stderr
         server.wait_for("handed the store over")
         hits = client.search({"query": "glacier measured", "k": 5})["results"]
         assert hits and all("glacier" in h["text"] for h in hits)
         assert client.health()["handovers"] >= 1
         waits = [float(m) for m in re.findall(r"route=unix:search latency_ms=([0-9.]+)",
                                               server.seen())]
-        print(f"searches during the ingest: {answered[0]}, slowest {max(waits):.0f} ms, "
+        print(f"searches during the ingest: {hammer.answered}, slowest {max(waits):.0f} ms, "
               f"median {sorted(waits)[len(waits) // 2]:.1f} ms")
 
 
@@ -84,28 +96,14 @@ def test_a_writer_right_after_another_under_steady_searches_gets_the_store(tmp_p
     assert kbsync(env, "ingest", f"share={root}", "--json", timeout=600).returncode == 0
     sock = tmp_path / "kb.sock"
     with Server(env, "--socket", str(sock)) as server:
-        stop, errors, answered = threading.Event(), [], [0]
-
-        def hammer() -> None:
-            with ServerClient(unix=sock) as mine:
-                while not stop.is_set():
-                    try:
-                        mine.search({"query": "volcano measured", "k": 5})
-                        answered[0] += 1
-                    except Exception as exc:  # noqa: BLE001 - counted, then asserted none
-                        errors.append(exc)
-        threads = [threading.Thread(target=hammer) for _ in range(3)]
-        for thread in threads:
-            thread.start()
+        hammer = Hammer(sock)
         try:
             for n, word in enumerate(("glacier", "desert")):
                 _share(root, 20 + 10 * n, 10, word)
                 done = kbsync(env, "ingest", f"share={root}", "--json", timeout=600)
                 assert done.returncode == 0, f"ingest {n + 1}: {done.stderr}"
         finally:
-            stop.set()
-            for thread in threads:
-                thread.join(60)
-        assert errors == [] and answered[0] > 0, server.seen()
+            hammer.stop()
+        assert hammer.errors == [] and hammer.answered > 0, server.seen()
         hits = ServerClient(unix=sock).search({"query": "desert measured", "k": 5})["results"]
         assert hits and all("desert" in h["text"] for h in hits)
