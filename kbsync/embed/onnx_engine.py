@@ -19,9 +19,10 @@ vectors 0.98-0.99 apart), and nothing is padded. On real octave-doc chunks one
 text per run was also the fastest: 2.3x the chunks/s of 16 texts per run,
 whose padding to the longest costs as much as real tokens.
 
-Thread safety: ``InferenceSession.run`` is thread-safe, but runs are still
-serialised by ``lock`` because one run already uses every core (ONNX Runtime's
-intra-op threads); concurrent runs would only contend. The tokenizer is a
+The texts of a batch run side by side, one single-threaded run per core
+(:class:`~kbsync.embed.run_lanes.RunLanes`, which says why and what it gave).
+
+Thread safety: callers share the lanes (``InferenceSession.run`` is thread-safe). The tokenizer is a
 private copy used under its own lock (a Hugging Face fast tokenizer shared by
 threads raised "Already borrowed", issue 11), so one batch is tokenized while
 another runs. Counting (cut inputs, the chunker's fit) uses a separate
@@ -31,7 +32,6 @@ another runs. Counting (cut inputs, the chunker's fit) uses a separate
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +41,7 @@ import numpy as np
 
 from kbsync.embed.base import TextKind
 from kbsync.embed.onnx_export import INPUT_NAMES
+from kbsync.embed.run_lanes import RunLanes
 
 if TYPE_CHECKING:
     from kbsync.embed.minilm_graph import EmbeddingTables
@@ -64,23 +65,17 @@ class OnnxEngine:
         source: the sentence-transformers folder it was exported from (tokenizer).
         max_tokens: word pieces read per input, special tokens included.
         counter: counts word pieces (untruncated) for cut inputs and sorting.
-        threads: ONNX Runtime intra-op threads; None = one per core.
+        threads: runs at once (each single-threaded); None = one per core.
         tables: the embedding tables, for a graph whose input is ``embeds``.
     """
 
     def __init__(self, model_file: Path, source: Path, *, max_tokens: int,
                  counter: PieceCount, threads: int | None = None,
                  tables: EmbeddingTables | None = None) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        # No busy-waiting between runs: conversion workers and Prefect share the cores.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(model_file), options,
-                                            providers=["CPUExecutionProvider"])
+        self.lanes = RunLanes(model_file, lanes=threads)
+        self.session = self.lanes.session
         self._inputs = {i.name for i in self.session.get_inputs()}
         if "embeds" in self._inputs and tables is None:
             raise ValueError(f"{model_file}: its input is embeddings; pass the tables")
@@ -93,7 +88,6 @@ class OnnxEngine:
         tokenizer.no_padding()  # padded here, per sub-batch
         self._tokenizer = tokenizer
         self._tokenizer_lock = threading.Lock()
-        self.lock = threading.Lock()
 
     def encode(self, texts: list[str], kind: TextKind) -> tuple[list[list[float]], int]:
         """Unit vectors in input order, and how many inputs were cut at ``max_tokens``.
@@ -103,9 +97,8 @@ class OnnxEngine:
         truncated = sum(n > self.max_tokens for n in self.counter.count(texts))
         with self._tokenizer_lock:
             encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
-        vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for row, encoding in enumerate(encodings):
-            vectors[row] = self.embed_one(encoding.ids, encoding.type_ids)
+        rows = self.lanes.map(lambda e: self.embed_one(e.ids, e.type_ids), encodings)
+        vectors = np.stack(rows) if rows else np.empty((0, self.dimension), dtype=np.float32)
         return vectors.tolist(), truncated
 
     def embed_one(self, ids: Sequence[int], type_ids: Sequence[int]) -> np.ndarray:
@@ -116,8 +109,7 @@ class OnnxEngine:
             feed = {"embeds": self._tables.embeds(arrays[0][0], arrays[2][0])}
         else:
             feed = {k: v for k, v in zip(INPUT_NAMES, arrays) if k in self._inputs}  # pruned inputs
-        with self.lock:
-            hidden = self.session.run(None, feed)[0]
+        hidden = self.lanes.run(feed)
         return mean_pool_normalise(hidden, arrays[1])[0]
 
 

