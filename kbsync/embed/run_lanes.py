@@ -61,6 +61,7 @@ class RunLanes:
                                             providers=["CPUExecutionProvider"])
         self.lanes = lanes or default_lanes()
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._pool_lock = threading.Lock()
 
     def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
@@ -79,6 +80,8 @@ class RunLanes:
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
-            if self._pool is None:
+            # A forked child inherits the pool but not its threads: it would queue forever.
+            if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="kbsync-onnx")
+                self._pool_pid = os.getpid()
             return self._pool
