@@ -16,8 +16,9 @@ sleep, re-raise). The wait is ours: tenacity's ``wait_random_exponential``
 draws from the global ``random`` (callers inject a seeded, locked source), and
 its ``wait_combine`` adds waits where Retry-After must be a floor.
 
-tenacity is imported when a retry loop first runs, not with this module: its import pulls in
-tornado when installed (Dask's), ~30-60 ms that every search's ``import kbsync.api`` paid.
+tenacity is imported when a first attempt fails, not with this module nor for a call that
+succeeds at once: its import pulls in tornado when installed (Dask's), ~30-70 ms that every
+search's ``import kbsync.api``, and then every no-op sync's embedder check, paid.
 """
 
 from __future__ import annotations
@@ -77,8 +78,23 @@ def call_with_retries(
         retry_on: every one of ``attempts`` calls failed with it (the last one is raised).
         BaseException: whatever else ``fn`` raised, at once.
     """
-
+    try:
+        return fn()
+    except retry_on as exc:
+        first_failure = exc
+    # tenacity only once an attempt has failed: most calls succeed at once, and its import
+    # (~70 ms: tornado when installed) was most of a no-op sync's embedder check. It replays
+    # the first attempt's failure, so its attempts, waits and hooks are as if it ran them all.
     import tenacity
+
+    replayed = False
+
+    def attempt() -> T:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            raise first_failure
+        return fn()
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
@@ -94,4 +110,4 @@ def call_with_retries(
         stop=tenacity.stop_after_attempt(attempts), wait=wait_unless_last,
         retry=tenacity.retry_if_exception_type(retry_on), before_sleep=before_sleep,
         sleep=sleep, reraise=True)
-    return retrying(fn)
+    return retrying(attempt)

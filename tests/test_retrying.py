@@ -79,3 +79,27 @@ def test_one_attempt_never_waits() -> None:
     with pytest.raises(EmbeddingTransientError):
         _run(fn, attempts=1)
     assert len(calls) == 1
+
+
+def test_a_call_that_succeeds_at_once_does_not_import_tenacity() -> None:
+    """tenacity (and tornado, when installed) is imported only once an attempt fails."""
+    import subprocess
+    import sys
+
+    code = ("import sys, random\n"
+            "from kbsync.errors import EmbeddingTransientError\n"
+            "from kbsync.retrying import FullJitterAtLeastRetryAfter, call_with_retries\n"
+            "wait = FullJitterAtLeastRetryAfter(base_s=0.5, max_s=3.0, retry_after_max_s=60.0,"
+            " uniform=random.Random(0).uniform)\n"
+            "kw = dict(retry_on=EmbeddingTransientError, attempts=3, wait=wait, sleep=lambda s: None,"
+            " on_retry=lambda *a: None)\n"
+            "assert call_with_retries(lambda: 1, **kw) == 1\n"
+            "print('tenacity' in sys.modules)\n"
+            "failed = [EmbeddingTransientError('x')]\n"
+            "def flaky():\n"
+            "    if failed: raise failed.pop()\n"
+            "    return 2\n"
+            "assert call_with_retries(flaky, **kw) == 2\n"
+            "print('tenacity' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
