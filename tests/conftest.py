@@ -25,9 +25,9 @@ def prefect_api():
         yield PREFECT_API_URL.value()
 
 
+# The worker's umask when the session began (read by setting one, then put back).
 SESSION_UMASK = os.umask(0o022)
 os.umask(SESSION_UMASK)
-"""The worker's umask when the session began."""
 
 
 @pytest.fixture(autouse=True)

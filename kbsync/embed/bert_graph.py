@@ -141,13 +141,12 @@ class _Graph:
                               domain=MS, K=cols, N=rows, bits=4, block_size=BLOCK,
                               accuracy_level=ACCURACY_LEVEL)
         dense = (weight.dequantize() if isinstance(weight, Q4Tensor) else weight).T  # (in, out)
-        if name.rsplit(".", 1)[-1] in self.fp32_linear:
-            product = self._node("MatMul", [x, self._const(f"{name}.w", dense)], f"{name}.fmm")
-            return self._node("Add", [product, bias_name], f"{name}.out")
-        channels = self.outliers.get(name)
+        whole_fp32 = name.rsplit(".", 1)[-1] in self.fp32_linear  # ".fmm": never quantized
+        channels = None if whole_fp32 else self.outliers.get(name)
         if channels is not None:
             return self._split_linear(x, name, dense, channels, bias_name)
-        product = self._node("MatMul", [x, self._const(f"{name}.w", dense)], f"{name}.mm")
+        product = self._node("MatMul", [x, self._const(f"{name}.w", dense)],
+                             f"{name}.fmm" if whole_fp32 else f"{name}.mm")
         return self._node("Add", [product, bias_name], f"{name}.out")
 
     def _split_linear(self, x: str, name: str, dense: np.ndarray, channels: np.ndarray,

@@ -12,8 +12,8 @@ Pooling + Normalize model, without torch at inference time:
 3. mean over the attended tokens (the sum divided by the token count, clamped
    at 1e-9), then L2 normalisation (norm clamped at 1e-12), in float32.
 
-Each text is its own run (a batch is tokenized at once, then run text by
-text): int8 activations are quantized per run, so a vector must not depend on
+Each text is its own run (a batch is tokenized at once, then each text runs
+alone): int8 activations are quantized per run, so a vector must not depend on
 which texts share its run (with several texts per run, the same text gave
 vectors 0.98-0.99 apart), and nothing is padded. On real octave-doc chunks one
 text per run was also the fastest: 2.3x the chunks/s of 16 texts per run,
