@@ -112,6 +112,11 @@ class KnowledgeBase:
     Not thread-safe; use one instance per thread, or the module functions.
     Close it (or use ``with``) to release the store.
 
+    It follows the active collection, as ``kbsync serve`` does: after a ``kbsync rebuild``
+    swapped in a new collection, or a rollback swapped back, in another process, its next
+    call answers from the collection now active, with that collection's model (a stat of
+    the pointer files per call; against a server, one aliases request).
+
     Writes (``add_text``, ``delete``) hold the ingest's write lock with the doors' one
     decision, made once here (:func:`kbsync.app.locks.write_locks`): against a Qdrant
     server, or with ``PREFECT_API_URL`` set, the flows' Prefect limit is taken first
@@ -123,10 +128,15 @@ class KnowledgeBase:
 
     def __init__(self, settings: Settings | None = None, *,
                  distributed_lock: DistributedLock | None = None) -> None:
-        from kbsync.catalog.active import resolve
+        from kbsync.catalog.active import pointer_mark, resolve
 
-        # The collection a rebuild made active, with its own model (kbsync.catalog.active).
-        self.settings = resolve(settings or load_settings())
+        self._configured = settings or load_settings()
+        # The active pointer's mark when last resolved (None: unknown), taken before resolving
+        # so that a swap in between shows; a server's needs the open store (first call).
+        self._mark: object = None if self._configured.qdrant_url else pointer_mark(self._configured)
+        # The collection a rebuild made active, with its own model (kbsync.catalog.active);
+        # followed after a swap or rollback by another process (_follow_active).
+        self.settings = resolve(self._configured)
         self._runtime: Runtime | None = None
         # The door's one lock decision, carried to every write below (kbsync.catalog.lock).
         self._locks = (WriteLocks(self.settings, distributed=distributed_lock)
@@ -148,13 +158,40 @@ class KnowledgeBase:
     def _open(self, *, embed: bool):
         from kbsync.runtime import Runtime
 
-        if self._runtime is None:
-            self._runtime = Runtime.open(self.settings, with_embedder=embed)
-        elif embed and self._runtime.service is None:
+        while True:
+            if self._runtime is None:
+                self._runtime = Runtime.open(self.settings, with_embedder=embed)
+            if self._follow_active():
+                break
+        if embed and self._runtime.service is None:
             from kbsync.embed import build_embedding_service
 
             self._runtime.service = build_embedding_service(self.settings)
         return self._runtime
+
+    def _follow_active(self) -> bool:
+        """Whether the open runtime still serves the active collection. A ``kbsync rebuild``
+        (its swap) or ``--rollback`` in another process repoints it; as ``kbsync serve`` does
+        per request, the next call then serves the collection now active, with its own
+        model: the runtime is closed here (False) and :meth:`_open` opens the new one.
+        Costs a stat of the pointer files per call (a server: one aliases request); resolves
+        again only when they changed."""
+        from kbsync.catalog.active import pointer_mark, resolve
+
+        runtime = self._runtime
+        assert runtime is not None
+        mark = pointer_mark(self._configured, runtime.store)
+        if self._mark is not None and mark == self._mark:
+            return True
+        now = resolve(self._configured, runtime.store, warn=False)
+        self._mark = mark
+        if now == self.settings:
+            return True
+        log.info("collection %s now serves from %s (was %s): following it",
+                 now.logical_collection, now.collection, self.settings.collection)
+        runtime.close()
+        self._runtime, self.settings = None, now
+        return False
 
     # -- actions -----------------------------------------------------------------------------
     def add_text(self, text: str, doc_id: str, namespace: str = "default", *,

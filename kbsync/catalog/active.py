@@ -24,12 +24,16 @@ ingest would write into it. ``kbsync rebuild --restore NAME`` points it back.
 Resolved once per command: the CLI resolves, then runs the flow in process inside
 :func:`resolved`, so the flow's own :func:`resolve` takes that answer instead of reading the
 pointer again. A writer still asks again under its write lock (:func:`check_still_active`):
-a rebuild that swapped meanwhile is refused, never written into.
+a rebuild that swapped meanwhile is refused, never written into. A long-lived reader
+(``kbsync serve``, the MCP server, a :class:`kbsync.api.KnowledgeBase`) asks before each
+request; the API asks :func:`pointer_mark` first, which is cheaper, and resolves again only
+when it changed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Iterator, Protocol, cast, runtime_checkable
@@ -95,6 +99,37 @@ def read_record(settings: Settings,
     finally:
         if own:
             store.close()
+
+
+def pointer_mark(settings: Settings, store: VectorStore | None = None) -> object:
+    """A value that changes whenever the active collection of ``settings`` may have changed,
+    cheaper than :func:`resolve`: on the embedded engine the identities (inode, size, mtime)
+    of the pointer file and of its copy, which a swap, a rollback or a restore replace by
+    rename (a stat each, no read); on a server the two aliases (one request; ``store``: the
+    open server store, else a short-lived one).
+
+    Equal marks mean the same answer from :func:`resolve`, with one limit: a lost pointer
+    without a copy (``refuse_if_orphaned``'s case) shows only when the pointer file changes.
+    """
+    logical = settings.logical_collection
+    server = hasattr(store, "client") if store is not None else bool(settings.qdrant_url)
+    if not server:
+        return tuple(_file_identity(path) for path in (
+            pointer.pointer_path(settings.home, logical), pointer.mirror_path(settings.home, logical)))
+    if store is None:
+        from kbsync.store import open_store
+
+        with open_store(settings) as own:  # type: ignore[attr-defined]
+            return pointer.read_aliases(_client(own), logical)
+    return pointer.read_aliases(_client(store), logical)
+
+
+def _file_identity(path: os.PathLike[str] | str) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def recover(settings: Settings) -> pointer.ActiveRecord | None:

@@ -67,3 +67,35 @@ def test_add_text_waits_for_nobody_when_an_ingest_holds_the_lock(settings):
         with pytest.raises(LockHeld):
             api.add_text(TEXT, "notes/keys", settings=settings)
     assert api.add_text(TEXT, "notes/keys", settings=settings).status == "added"
+
+
+def test_an_open_knowledge_base_follows_a_rollback_made_by_another_process(settings, tmp_path):
+    """A long-lived reader (an agent's process) keeps one KnowledgeBase open; a ``kbsync
+    rebuild --rollback`` in another process repoints the collection: the next call answers
+    from the collection now active, as ``kbsync serve`` does (tests/serve/test_serve_rebuild.py),
+    not from the one it opened."""
+    import subprocess
+    import sys
+
+    from kbtest import TOPICS, hash_env, topic_queries, topic_share
+
+    env = hash_env(None, settings.home, drop=("KBSYNC_", "PREFECT_API_URL"))  # the plain runner
+
+    def kbsync(*args: str, **extra: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "kbsync", *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=300, cwd="/")
+        assert done.returncode == 0, done.stderr
+
+    share = topic_share(tmp_path / "share", sites=True)
+    kbsync("ingest", f"share={share}", "--json")
+    kbsync("rebuild", "--queries", str(topic_queries(tmp_path / "q.jsonl")), "--json",
+           KBSYNC_CHUNK_TOKENS="64", KBSYNC_CHUNK_OVERLAP="8")
+    with api.KnowledgeBase(settings) as kb:
+        assert kb.stats().collection == "kbsync__r1"
+        assert kb.settings.chunk_tokens == 64  # the rebuilt collection's own build settings
+        kbsync("rebuild", "--rollback", "--json")
+        stats = kb.stats()
+        assert stats.collection == "kbsync" and kb.settings.chunk_tokens != 64
+        assert stats.namespaces["default"]["documents"] == len(TOPICS)
+        hits = kb.search("the orchard3 site", k=1).results
+        assert hits[0].doc_id == "share/d0/orchard3.md"

@@ -52,11 +52,14 @@ def test_generation_names():
 
 def test_resolve_the_embedded_pointer(settings):
     assert active.resolve(settings) is settings  # never rebuilt: unchanged
+    before = active.pointer_mark(settings)
     build = {"embed_provider": "hash", "embed_model": "hash-64", "embed_dimensions": 64,
              "chunk_tokens": 100, "chunk_overlap": 10, "contextual_text": False}
     pointer.write_pointer(settings.home, pointer.ActiveRecord("kbsync", "kbsync__r2",
                                                               "kbsync", build))
     resolved = active.resolve(settings)
+    swapped = active.pointer_mark(settings)
+    assert swapped != before and active.pointer_mark(resolved) == swapped  # the logical name's
     assert (resolved.collection, resolved.active_of, resolved.state_collection) == (
         "kbsync__r2", "kbsync", "kbsync__r2_state")
     assert (resolved.embed_dimensions, resolved.chunk_tokens, resolved.contextual_text) == (
@@ -64,6 +67,7 @@ def test_resolve_the_embedded_pointer(settings):
     assert active.resolve(resolved) is resolved  # idempotent
     active.check_still_active(resolved)
     pointer.write_pointer(settings.home, pointer.ActiveRecord("kbsync", "kbsync__r3"))
+    assert active.pointer_mark(settings) not in (before, swapped)
     with pytest.raises(StoreUnavailable, match="now serves from kbsync__r3, not kbsync__r2"):
         active.check_still_active(resolved)
 
@@ -81,7 +85,9 @@ def test_aliases_on_qdrant_client_local_mode(settings, tmp_path):
         plan = rb.RebuildPlan(logical="kbsync", live="kbsync", shadow="kbsync__r1",
                               previous=None, roots={}, live_build={},
                               target_build={"embed_model": "hash-4", "embed_dimensions": 4})
+        before = active.pointer_mark(settings, store)
         rb.swap(plan, settings, store)
+        assert active.pointer_mark(settings, store) == ("kbsync__r1", "kbsync") != before
         aliases = {a.alias_name: a.collection_name for a in store.client.get_aliases().aliases}
         assert aliases == {"kbsync__active": "kbsync__r1", "kbsync__previous": "kbsync"}
         resolved = active.resolve(settings, store)
