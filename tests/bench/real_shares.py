@@ -22,8 +22,9 @@ process:
    mutation (added / updated / deleted counts).
 
 All runs talk to one ``prefect server start`` this script starts (its start-up
-is not timed), or with ``--ephemeral`` each run starts Prefect's temporary
-server (10-30 s per run, included in the times). Peak RSS is the largest sum of
+is not timed), or with ``--no-api`` (alias ``--ephemeral``) no run has a Prefect API:
+every default, the CLI's runner in process (before issue 42 such a run started Prefect's
+temporary server, 10-30 s per run). Peak RSS is the largest sum of
 RSS over the child's process tree (CLI, conversion workers), sampled every
 0.2 s. Any run with an exit code other than 0/3, no JSON object, or a
 traceback on stderr is reported under "problems" with its first error line.
@@ -34,9 +35,9 @@ with the 1-minute load average at the start and end of each run and the model th
 embedded with; ``--against NAME`` adds each share's rates divided by NAME's (the median
 over rounds of the per-round ratios); ``--also-code DIR`` adds, in each round, a run of the
 first share with another checkout's code (``NAME@DIR``), e.g. the commit before a change. Issue 38's check, the Chinese handbook against the
-same pages in English, with every default::
+same pages in English, with every default (no Prefect API: ``--no-api``)::
 
-    python tests/bench/real_shares.py --speed --rounds 2 \
+    python tests/bench/real_shares.py --speed --rounds 3 --no-api \
         --shares handbook-zh-html,handbook-en-html --against handbook-en-html
 
 ``--code DIR`` runs the kbsync of another checkout (e.g. a ``git worktree`` of
@@ -397,8 +398,8 @@ def main() -> None:
     parser.add_argument("--shares", default="octave-html,handbook-zh-html,texlive-pdf:40",
                         help="comma-separated share names, NAME:N for N files (see --list)")
     parser.add_argument("--max-files", type=int, default=200, help="files per share (subset)")
-    parser.add_argument("--ephemeral", action="store_true",
-                        help="no shared server: each run starts Prefect's temporary one")
+    parser.add_argument("--no-api", "--ephemeral", dest="ephemeral", action="store_true",
+                        help="no Prefect API for the runs: every default (the runner in process)")
     parser.add_argument("--code", type=Path, default=None,
                         help="run the kbsync of this checkout (first on PYTHONPATH)")
     parser.add_argument("--work", type=Path, default=None, help="work folder (kept)")
@@ -444,7 +445,7 @@ def main() -> None:
         if server is not None:
             server.terminate()
             server.wait(timeout=30)
-    print(f"\nserver: {'ephemeral per run' if args.ephemeral else 'one prefect server start'}; "
+    print(f"\nserver: {'none (no Prefect API)' if args.ephemeral else 'one prefect server start'}; "
           f"code: {args.code or 'installed kbsync'}; work folder {work}\n")
     if args.speed:
         print(f"{os.cpu_count()} cores; load average at the end {os.getloadavg()}\n")

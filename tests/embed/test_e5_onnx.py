@@ -124,7 +124,7 @@ def test_a_vector_does_not_depend_on_how_many_runs_share_the_cores(cache) -> Non
 def test_the_graph_holds_no_fp32_word_table_and_keeps_4bit_weights(engine) -> None:
     import onnx
 
-    assert 0 < engine.model_file.stat().st_size < 40_000_000  # 14/30 MB; an fp32 word table is 384 MB
+    assert 0 < engine.model_file.stat().st_size < 40_000_000  # 14/22 MB; an fp32 word table is 384 MB
     graph = onnx.load(str(engine.model_file)).graph
     ops = {n.op_type for n in graph.node}
     assert ("MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops) if "int8" in engine.model_file.name \
@@ -132,19 +132,16 @@ def test_the_graph_holds_no_fp32_word_table_and_keeps_4bit_weights(engine) -> No
     if "int8-outliers" not in engine.model_file.name:
         assert "Gather" not in ops and "MatMul" not in ops  # no table; no fp32 weight product
         return
-    # fp32 only where meant: each linear layer's outlier channels (a Gather of their indices
-    # and a MatMul of as many weight rows), for the 4 linear layers of each of the 12: 128
-    # channels of the Q/K/V input (QKV_OUTLIER_CHANNELS), 8 of the others (ao, fi, fo), no more
-    from kbsync.embed.e5_onnx_export import QKV_OUTLIER_CHANNELS
-
+    # fp32 only where meant: each split linear layer's 8 outlier channels (a Gather of 8
+    # indices and a MatMul of 8 weight rows) for 3 linear layers of each of the 12 (ao, fi,
+    # fo), and each layer's whole Q/K/V MatMul (FP32_LINEAR), no more
     shapes = {t.name: list(t.dims) for t in graph.initializer}
     fp32 = [n for n in graph.node if n.op_type in ("Gather", "MatMul")]
-    assert len(fp32) == 2 * 4 * 12
-    picked = {n.name: shapes[n.input[1]][0] for n in fp32 if n.op_type == "Gather"}
-    assert sorted(set(picked.values())) == [8, QKV_OUTLIER_CHANNELS]
-    assert all((count == QKV_OUTLIER_CHANNELS) == name.endswith(".qkv.ox") for name, count in picked.items())
-    assert all(shapes[n.input[1]][0] == picked[n.name.removesuffix("omm") + "ox"]
-               for n in fp32 if n.op_type == "MatMul")  # as many weight rows as channels
+    whole = [n for n in fp32 if n.name.endswith(".qkv.fmm")]
+    assert len(whole) == 12 and all(shapes[n.input[1]] == [384, 3 * 384] for n in whole)
+    split = [n for n in fp32 if n not in whole]
+    assert len(split) == 2 * 3 * 12
+    assert all(shapes[n.input[1]][0] == 8 for n in split)
 
 
 _FALLBACK = """
