@@ -112,6 +112,3 @@ class Embedder(Protocol):
 
     def query_dimension(self) -> int:
         """:attr:`dimension` for the query side, probed within the query's time budget."""
-
-    def warm_up(self) -> None:
-        """Start loading a local model in the background (nothing for other providers)."""

@@ -105,7 +105,6 @@ class EmbeddingService(BatchCalls):
         self._consecutive_failures = 0
         self._accepted = False  # the provider has answered a request (bisection's evidence)
         self.stats = ServiceStats()
-        self._warming: threading.Thread | None = None
 
     # -- identity ----------------------------------------------------------------
     @property
@@ -246,25 +245,6 @@ class EmbeddingService(BatchCalls):
             self._cache.set(key, vector)
         return vector
 
-    def warm_up(self) -> None:
-        """Start loading a local model now, in a thread of its own, so that it loads while
-        the first batch converts (a zh-CN ingest of 127 pages waited ~0.7 s for e5 after its
-        first chunks were ready). Once per service; nothing for a provider without a
-        ``load`` (API models, hash) or one already loaded (the engine is kept per process).
-
-        A load that fails here is left to the first embedding, which loads again and raises
-        (or falls back) with its usual message; so nothing is lost by it, and it is logged
-        at DEBUG only. The thread is not a daemon: a run that ends first waits for it."""
-        load = getattr(self._provider, "load", None)
-        if load is None:
-            return
-        with self._lock:
-            if self._warming is not None:
-                return
-            self._warming = threading.Thread(target=_load_ahead, args=(load, self.model),
-                                             name="kbsync-model-load")
-        self._warming.start()
-
     def close(self) -> None:
         """Release the cache's handles."""
         if self._cache is not None:
@@ -272,12 +252,3 @@ class EmbeddingService(BatchCalls):
 
     def __repr__(self) -> str:
         return f"EmbeddingService(provider={self.provider!r}, model={self.model!r}, batch_size={self.batch_size})"
-
-
-def _load_ahead(load: Callable[[], None], model: str) -> None:
-    """:meth:`EmbeddingService.warm_up`'s thread."""
-    try:
-        load()
-    except Exception as exc:  # noqa: BLE001 - the first embedding loads again and says why
-        log.debug("model %s: loading ahead failed (%s); the first embedding tries again",
-                  model, exc)

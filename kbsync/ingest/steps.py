@@ -131,12 +131,8 @@ def prepare(ctx: PrepareContext, chunk_config: ChunkConfig,
     Opens no store: ``ctx`` needs only ``config``, ``converter()`` and ``service``
     (a :class:`kbsync.runtime.WorkerRuntime` will do), so it may run in a
     process that cannot reach the embedded store (a Dask worker process). Its
-    result, with the vectors, is what :func:`write` takes. The embedding model starts
-    loading before the conversion (:meth:`~kbsync.embed.service.EmbeddingService.warm_up`),
-    so that it loads meanwhile.
+    result, with the vectors, is what :func:`write` takes.
     """
-    if items:
-        ctx.service.warm_up()
     converted = convert(ctx, items)
     chunked = chunk(chunk_config, converted)
     return [converted, chunked, embed(ctx, chunked)]

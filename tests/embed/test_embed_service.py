@@ -189,37 +189,3 @@ def test_build_local_rejects_unknown_model_and_wrong_dimensions(tmp_path: Path) 
         build_embedding_service(Settings(home=tmp_path, embed_provider="local", embed_model="nope"))
     with pytest.raises(UsageError, match="gives 384"):
         build_embedding_service(Settings(home=tmp_path, embed_provider="local", embed_dimensions=128))
-
-
-class SlowToLoad(HashEmbedder):
-    """A provider with a ``load`` (as the local models have), recording where it ran."""
-
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__(4)
-        self.fail = fail
-        self.loaded_in: list[str] = []
-
-    def load(self) -> None:
-        self.loaded_in.append(threading.current_thread().name)
-        if self.fail:
-            raise EmbeddingPermanentError("model file unreadable")
-
-
-def test_warm_up_loads_the_model_once_in_its_own_thread() -> None:
-    provider = SlowToLoad()
-    service = EmbeddingService(provider, cache=None, batch_size=4)
-    service.warm_up()
-    service.warm_up()  # once per service
-    service._warming.join(10)
-    assert provider.loaded_in == ["kbsync-model-load"]
-    assert len(service.embed_passages(["a", "b"]).vectors) == 2
-
-
-def test_a_failed_warm_up_is_left_to_the_first_embedding() -> None:
-    provider = SlowToLoad(fail=True)
-    service = EmbeddingService(provider, cache=None, batch_size=4)
-    service.warm_up()
-    service._warming.join(10)
-    assert provider.loaded_in == ["kbsync-model-load"]
-    assert len(service.embed_passages(["a"]).vectors) == 1  # nothing raised into the run
-    EmbeddingService(HashEmbedder(4), cache=None).warm_up()  # no load: nothing to start
