@@ -176,10 +176,12 @@ class KnowledgeBase:
         model: the runtime is closed here (False) and :meth:`_open` opens the new one.
         Costs a stat of the pointer files per call (a server: one aliases request); resolves
         again only when they changed."""
-        from kbsync.catalog.active import pointer_mark, resolve
+        from kbsync.catalog.active import pinned, pointer_mark, resolve
 
         runtime = self._runtime
         assert runtime is not None
+        if pinned(self._configured):
+            return True  # a command's resolved() answers for its duration, asking nothing
         mark = pointer_mark(self._configured, runtime.store)
         if self._mark is not None and mark == self._mark:
             return True

@@ -216,6 +216,13 @@ def resolve(settings: Settings, store: VectorStore | None = None, *,
     return result
 
 
+def pinned(settings: Settings) -> bool:
+    """Whether :func:`resolve` of ``settings`` is answered in this context without reading
+    the pointer (inside :func:`resolved`: the command decided it for its duration)."""
+    answer = _answer.get()
+    return answer is not None and answer[0] == settings
+
+
 def aimed_at(settings: Settings, record: pointer.ActiveRecord) -> Settings:
     """``settings`` aimed at ``record``'s active collection, with its build settings."""
     return apply_build(settings.model_copy(update={
