@@ -8,7 +8,8 @@ indexes, the IDF sparse vector) and measures, against issue 15's targets:
   point generation), and the slowest 10% window of it (is it *sustained*?);
 - search p50/p95 of a reader thread that runs namespace-filtered dense and
   hybrid searches during the load (one search every ``READER_PAUSE_S``; the
-  relay serves other processes' readers from a thread of the writer the same way);
+  relay serves other processes' readers from a thread of the writer the same way),
+  and the longest wait of one, timed from when it was due (:func:`_reader`);
 - namespace-filtered dense and hybrid search p50/p95 on the loaded store
   (``namespace_filter``: namespace + not ``embedding_failed``; ``LIMIT`` results,
   hybrid with ``LIMIT`` candidates per prefetch, as ``search()`` asks for k=5);
@@ -176,11 +177,19 @@ def _recall(store, size: int, n: int = 50) -> float:
 
 
 def _reader(store, queries: _Queries, stop: threading.Event, out: dict) -> None:
+    """Searches in turn, each due ``READER_PAUSE_S`` after the last ended. ``out[mode]``: each
+    search's own time; ``out["waits"]``: from when each was due to when it answered, so a
+    stall that began while the reader slept (a seal holding the GIL) counts in full: what a
+    request arriving then would wait (issue 42: "no search waits more than 2 s")."""
     j = 0
+    due = time.perf_counter()
     while not stop.is_set():
         mode = "dense" if j % 2 == 0 else "hybrid"
         out[mode].append(queries.run(store, j, mode))
+        ended = time.perf_counter()
+        out["waits"].append((ended - due) * 1000)
         j += 1
+        due = ended + READER_PAUSE_S
         stop.wait(READER_PAUSE_S)
 
 
@@ -231,7 +240,7 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
         store.ensure_collection(COLLECTION, dimension=DIM, keyword_indexes=CHUNK_INDEXES,
                                 sparse=True, bool_indexes=CHUNK_BOOL_INDEXES,
                                 integer_indexes=CHUNK_INTEGER_INDEXES)
-        during: dict = {"dense": [], "hybrid": []}
+        during: dict = {"dense": [], "hybrid": [], "waits": []}
         stop = threading.Event()
         faults = _major_faults()
         reader = threading.Thread(target=_reader, args=(store, queries, stop, during))
@@ -254,6 +263,7 @@ def run_scale(size: int, n_queries: int = 200, log=lambda m: print(m, file=sys.s
         row["during_dense_p50_ms"], row["during_dense_p95_ms"] = _pct(during["dense"])
         row["during_hybrid_p50_ms"], row["during_hybrid_p95_ms"] = _pct(during["hybrid"])
         row["during_p95_ms"] = _pct(during["dense"] + during["hybrid"])[1]
+        row["during_wait_max_ms"] = max(during["waits"], default=0.0)
         assert store.count(COLLECTION) == size
         row["segments"] = store._require(COLLECTION).shard.info().segments_count  # no public API
         faults = _major_faults()
@@ -304,6 +314,8 @@ TARGETS = [  # (figure, key, format, target text, passes)
      "-", None),
     ("search p95 during the load, dense + hybrid (ms)", "during_p95_ms", "{:.1f}", "<= 100",
      lambda v: v <= 100),
+    ("longest wait of a search during the load, from when it was due (ms)", "during_wait_max_ms",
+     "{:,.0f}", "<= 2,000", lambda v: v <= 2000),
     ("  of which dense p50 / p95 (ms)", ("during_dense_p50_ms", "during_dense_p95_ms"), "{:.1f}",
      "-", None),
     ("  of which hybrid p50 / p95 (ms)", ("during_hybrid_p50_ms", "during_hybrid_p95_ms"),
