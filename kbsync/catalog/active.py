@@ -106,22 +106,18 @@ def pointer_mark(settings: Settings, store: VectorStore | None = None) -> object
     cheaper than :func:`resolve`: on the embedded engine the identities (inode, size, mtime)
     of the pointer file and of its copy, which a swap, a rollback or a restore replace by
     rename (a stat each, no read); on a server the two aliases (one request; ``store``: the
-    open server store, else a short-lived one).
+    open server store, which it needs there).
 
     Equal marks mean the same answer from :func:`resolve`, with one limit: a lost pointer
     without a copy (``refuse_if_orphaned``'s case) shows only when the pointer file changes.
     """
     logical = settings.logical_collection
-    server = hasattr(store, "client") if store is not None else bool(settings.qdrant_url)
-    if not server:
-        return tuple(_file_identity(path) for path in (
-            pointer.pointer_path(settings.home, logical), pointer.mirror_path(settings.home, logical)))
-    if store is None:
-        from kbsync.store import open_store
-
-        with open_store(settings) as own:  # type: ignore[attr-defined]
-            return pointer.read_aliases(_client(own), logical)
-    return pointer.read_aliases(_client(store), logical)
+    if store is not None and hasattr(store, "client"):
+        return pointer.read_aliases(_client(store), logical)
+    if settings.qdrant_url:
+        raise TypeError("pointer_mark: a server's mark needs its open store")
+    return tuple(_file_identity(path) for path in (
+        pointer.pointer_path(settings.home, logical), pointer.mirror_path(settings.home, logical)))
 
 
 def _file_identity(path: os.PathLike[str] | str) -> tuple[int, int, int] | None:
@@ -201,9 +197,9 @@ def resolve(settings: Settings, store: VectorStore | None = None, *,
     """
     if settings.active_of is not None:
         return settings  # resolved already
-    answer = _answer.get()
-    if answer is not None and answer[0] == settings:
-        return answer[1]  # this command resolved these settings already (resolved())
+    answer = _pinned_answer(settings)
+    if answer is not None:
+        return answer  # this command resolved these settings already (resolved())
     record = read_record(settings, store)
     if record is None:
         refuse_if_orphaned(settings, store)
@@ -219,8 +215,12 @@ def resolve(settings: Settings, store: VectorStore | None = None, *,
 def pinned(settings: Settings) -> bool:
     """Whether :func:`resolve` of ``settings`` is answered in this context without reading
     the pointer (inside :func:`resolved`: the command decided it for its duration)."""
+    return _pinned_answer(settings) is not None
+
+
+def _pinned_answer(settings: Settings) -> Settings | None:
     answer = _answer.get()
-    return answer is not None and answer[0] == settings
+    return answer[1] if answer is not None and answer[0] == settings else None
 
 
 def aimed_at(settings: Settings, record: pointer.ActiveRecord) -> Settings:
