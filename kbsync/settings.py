@@ -8,7 +8,9 @@ collection a rebuild made active is the catalog's (:func:`kbsync.catalog.active.
 
 Every field maps to a ``KBSYNC_*`` environment variable. Secrets are
 ``SecretStr`` so they never appear in ``repr``, logs, Prefect parameters or
-artifacts.
+artifacts. The model is :mod:`kbsync.envmodel`'s, not pydantic-settings': every command
+reads the settings first, and pydantic's import and schema were a quarter of a no-op
+sync's wall time (issue 42).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
+from kbsync.envmodel import EnvModel, Field, SecretStr, SettingsInvalid
 from kbsync.errors import UsageError
+
+__all__ = ["DEFAULT_LOCAL_MODEL", "EmbedProvider", "SecretStr", "Settings", "SettingsInvalid",
+           "load_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +74,40 @@ def default_model_cache() -> Path:
     return Path(base) / "kbsync" / "models"
 
 
-class Settings(BaseSettings):
-    """kbsync configuration (environment variables prefixed ``KBSYNC_``)."""
+def _home_not_empty(value: object) -> object:
+    """Refuse an empty ``KBSYNC_HOME``: ``Path("")`` is the working folder, which kbsync
+    would then fill with its store and advise ``chmod -R`` on."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("it is empty; unset it for the default (.kbsync in the working "
+                         "folder) or name a folder")
+    return value
 
-    model_config = SettingsConfigDict(env_prefix="KBSYNC_", extra="ignore", allow_inf_nan=False)
 
-    home: Path = Field(Path(".kbsync"), description="State, embedded store and cache live here; not empty (an "
+def _a_name_the_store_accepts(name: str) -> str:
+    """Refuse what the stores cannot hold (a folder name, a Qdrant collection name, with
+    kbsync's suffixes added) and the names of kbsync's own companions
+    (``<name>_state``, a rebuild's ``<name>__r<N>``, the aliases
+    ``<name>__active``/``__previous``): such a setting would read and write another
+    collection's records (``remove`` would delete them)."""
+    if not _COLLECTION_NAME.fullmatch(name):
+        length = f" ({len(name)} here)" if len(name) > COLLECTION_NAME_MAX else ""
+        raise ValueError(f"use 1-{COLLECTION_NAME_MAX} letters, digits, '_' or '-', "
+                         f"starting with a letter or digit{length}")
+    if re.search(r"(_state|__r\d+|__active|__previous)$", name):
+        raise ValueError(f"{name!r} is the name of a collection kbsync makes for its own "
+                         "use (state records, a rebuild, an alias); use the collection's "
+                         "own name (e.g. 'kbsync')")
+    return name
+
+
+class Settings(EnvModel):
+    """kbsync configuration (environment variables prefixed ``KBSYNC_``, names
+    case-insensitive; unknown names ignored here and warned about by
+    :func:`load_settings`; non-finite numbers refused)."""
+
+    env_prefix = "KBSYNC_"
+
+    home: Path = Field(Path(".kbsync"), check_raw=_home_not_empty, description="State, embedded store and cache live here; not empty (an "
                       "empty value would make the working folder the home).")
     shared_group: str | None = Field(
         None, description="Share KBSYNC_HOME with this Unix group on purpose: folders 2770, "
@@ -99,7 +130,7 @@ class Settings(BaseSettings):
     qdrant_write_ordering: Literal["weak", "medium", "strong"] = Field(
         "medium", description="Qdrant write ordering of every upsert and delete.")
     collection: str = Field(
-        "kbsync", description=f"Collection holding the chunks: 1-{COLLECTION_NAME_MAX} letters, "
+        "kbsync", check=_a_name_the_store_accepts, description=f"Collection holding the chunks: 1-{COLLECTION_NAME_MAX} letters, "
         "digits, '_' or '-', starting with a letter or digit.")
     active_of: str | None = Field(
         None, description="Set by kbsync, not by hand: the logical collection name when "
@@ -191,34 +222,6 @@ class Settings(BaseSettings):
         "passage's), all attempts together (openai), and of a search's expansion chat calls "
         "(MQE, HyDE) together: an "
         "endpoint that does not answer within it is named in one line.")
-
-    @field_validator("home", mode="before")
-    @classmethod
-    def _home_not_empty(cls, value: object) -> object:
-        """Refuse an empty ``KBSYNC_HOME``: ``Path("")`` is the working folder, which kbsync
-        would then fill with its store and advise ``chmod -R`` on."""
-        if isinstance(value, str) and not value.strip():
-            raise ValueError("it is empty; unset it for the default (.kbsync in the working "
-                             "folder) or name a folder")
-        return value
-
-    @field_validator("collection")
-    @classmethod
-    def _a_name_the_store_accepts(cls, name: str) -> str:
-        """Refuse what the stores cannot hold (a folder name, a Qdrant collection name, with
-        kbsync's suffixes added) and the names of kbsync's own companions
-        (``<name>_state``, a rebuild's ``<name>__r<N>``, the aliases
-        ``<name>__active``/``__previous``): such a setting would read and write another
-        collection's records (``remove`` would delete them)."""
-        if not _COLLECTION_NAME.fullmatch(name):
-            length = f" ({len(name)} here)" if len(name) > COLLECTION_NAME_MAX else ""
-            raise ValueError(f"use 1-{COLLECTION_NAME_MAX} letters, digits, '_' or '-', "
-                             f"starting with a letter or digit{length}")
-        if re.search(r"(_state|__r\d+|__active|__previous)$", name):
-            raise ValueError(f"{name!r} is the name of a collection kbsync makes for its own "
-                             "use (state records, a rebuild, an alias); use the collection's "
-                             "own name (e.g. 'kbsync')")
-        return name
 
     @property
     def store_path(self) -> Path:
@@ -337,8 +340,8 @@ def _shown(value: object) -> str:
     return repr(value)
 
 
-def settings_message(exc: ValidationError) -> str:
-    """``KBSYNC_X='abc' is not valid: <reason>`` for each error of a pydantic ``exc``."""
+def settings_message(exc: SettingsInvalid) -> str:
+    """``KBSYNC_X='abc' is not valid: <reason>`` for each error of ``exc``."""
     parts = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error.get("loc") else "?"
@@ -363,5 +366,5 @@ def load_settings() -> Settings:
     warn_unknown_variables()  # a typo would otherwise leave its default in force, unsaid
     try:
         return Settings()
-    except ValidationError as exc:
+    except SettingsInvalid as exc:
         raise UsageError(settings_message(exc)) from None

@@ -11,11 +11,9 @@ import hashlib
 import json
 import threading
 
-from pydantic import SecretStr
-
 from kbsync.embed.base import Embedder
 from kbsync.runtime import Runtime, WorkerRuntime
-from kbsync.settings import Settings
+from kbsync.settings import SecretStr, Settings
 
 _lock = threading.Lock()
 _runtimes: dict[str, Runtime[Embedder]] = {}

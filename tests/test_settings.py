@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from kbsync.errors import UsageError
-from kbsync.settings import DEFAULT_LOCAL_MODEL, EmbedProvider, Settings, load_settings
+from kbsync.settings import (DEFAULT_LOCAL_MODEL, EmbedProvider, Settings, SettingsInvalid,
+                             load_settings)
 
 SECRET = "sk-test-0123456789abcdef"
 SECRET_VARS = ("KBSYNC_QDRANT_API_KEY", "KBSYNC_EMBED_API_KEY", "KBSYNC_LLM_API_KEY")
@@ -122,7 +122,7 @@ def test_keyword_arguments_win_over_the_environment(env):
 ])
 def test_out_of_range_values_are_refused(env, name, value):
     env(**{name: value})
-    with pytest.raises(ValidationError):
+    with pytest.raises(SettingsInvalid):
         Settings()
     with pytest.raises(UsageError) as raised:
         load_settings()
@@ -228,7 +228,7 @@ def test_secrets_are_masked_in_repr_str_dumps_and_public_dict(env):
     env(**{name.removeprefix("KBSYNC_"): SECRET for name in SECRET_VARS})
     settings = Settings()
     public = settings.public_dict()
-    for shown in (repr(settings), str(settings), str(public), settings.model_dump_json(),
+    for shown in (repr(settings), str(settings), str(public), str(settings.model_dump(mode="json")),
                   str(settings.model_dump())):
         assert SECRET not in shown
     assert {public[k] for k in ("qdrant_api_key", "embed_api_key", "llm_api_key")} == {

@@ -21,10 +21,8 @@ import typing
 from pathlib import Path
 from typing import Any, Sequence
 
-from pydantic import SecretStr
-from pydantic.fields import FieldInfo
-
-from kbsync.settings import OTHER_VARIABLES, Settings
+from kbsync.envmodel import FieldInfo
+from kbsync.settings import OTHER_VARIABLES, SecretStr, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "docs" / "reference" / "configuration.md"
@@ -37,7 +35,7 @@ HEADER = """\
      tests/docs/test_configuration_page.py fails when this page is not current. -->
 
 All settings are environment variables read once per entry point (the CLI, the Python API, the
-flows) by `kbsync.settings.load_settings()` into one pydantic-settings object
+flows) by `kbsync.settings.load_settings()` into one settings object
 (`kbsync.settings.Settings`, prefix `KBSYNC_`, names case-insensitive). Keys are `SecretStr`:
 never printed, logged, or passed as Prefect parameters. A `KBSYNC_*` variable that is none of
 these (a typo, such as a misspelt `KBSYNC_COLLECTION`) gets one warning line, with the closest
@@ -196,13 +194,11 @@ def render_allowed(info: FieldInfo) -> str:
     else:
         text = {int: "integer", float: "number", str: "text", Path: "path"}.get(inner, str(inner))
         bounds = []
-        for item in info.metadata:
-            for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
-                if getattr(item, attr, None) is not None:
-                    bound = getattr(item, attr)
-                    bounds.append(f"{sign} {int(bound) if float(bound).is_integer() else bound}")
-            if getattr(item, "pattern", None):
-                bounds.append(f"matching `{item.pattern}`")
+        for bound, sign in ((info.ge, "≥"), (info.gt, ">"), (info.le, "≤")):
+            if bound is not None:
+                bounds.append(f"{sign} {int(bound) if float(bound).is_integer() else bound}")
+        if info.pattern:
+            bounds.append(f"matching `{info.pattern}`")
         if bounds:
             text += " " + ", ".join(bounds)
     return text + (", or unset" if optional and info.default is None else "")

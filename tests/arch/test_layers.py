@@ -3,8 +3,8 @@ each other, and no module imports itself back through others.
 
 Layers, lowest first (a module may import its own wing and any lower layer):
 
-0. ``kbsync.errors``, ``kbsync.models``, ``kbsync.settings``, ``kbsync.openai_http``,
-   ``kbsync.retrying``, ``kbsync.home``
+0. ``kbsync.errors``, ``kbsync.models``, ``kbsync.settings`` (and its model,
+   ``kbsync.envmodel``), ``kbsync.openai_http``, ``kbsync.retrying``, ``kbsync.home``
 1. the floors: ``kbsync.text``, ``kbsync.convert``, ``kbsync.embed``, ``kbsync.store``,
    ``kbsync.perms`` (who may read a file: capture and the kernel's rule);
    a floor uses another only through its interface (``*.base``) or the text tools,
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FRONT = 7
 LAYERS = {
     "kbsync.errors": 0, "kbsync.models": 0, "kbsync.settings": 0, "kbsync.openai_http": 0,
-    "kbsync.retrying": 0, "kbsync.home": 0,
+    "kbsync.retrying": 0, "kbsync.home": 0, "kbsync.envmodel": 0,
     "kbsync.text": 1, "kbsync.convert": 1, "kbsync.embed": 1, "kbsync.store": 1,
     "kbsync.perms": 1, "kbsync.catalog": 2, "kbsync.ingest": 3, "kbsync.query": 3, "kbsync.eval": 4,
     "kbsync.maintenance": 5, "kbsync.runtime": 6, "kbsync.serve": 6,

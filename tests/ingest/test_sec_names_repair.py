@@ -17,11 +17,11 @@ import subprocess
 import sys
 
 import pytest
-from pydantic import ValidationError
 
 from kbtest import KBSYNC, hash_env, write_tree
 from kbsync import api
 from kbsync.runtime import Runtime
+from kbsync.settings import SettingsInvalid
 from kbsync.errors import RootConflict
 from kbsync.ingest.discover import parse_root
 from kbsync.catalog.identity import ROOT_BINDING
@@ -183,7 +183,7 @@ def test_a_finished_remove_leaves_no_intent(settings, shares):
 @pytest.mark.parametrize("name", ["kbsync_state", "kbsync__r1", "kbsync__r12_state",
                                   "kbsync__active", "kbsync__previous", "docs_state"])
 def test_internal_collection_names_are_refused(name):
-    with pytest.raises(ValidationError, match="for its own use"):
+    with pytest.raises(SettingsInvalid, match="for its own use"):
         Settings(collection=name)
 
 

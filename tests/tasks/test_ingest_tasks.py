@@ -4,7 +4,7 @@ from the settings (no Prefect run needed), and every step has its task."""
 from __future__ import annotations
 
 import pytest
-from pydantic import SecretStr
+from kbsync.settings import SecretStr
 
 from kbtest import write_tree
 from kbsync.ingest import steps
