@@ -18,7 +18,13 @@ such a page can be flagged although all its text was read (the warning says "may
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported by the functions that measure a page, not here: the converters' package
+# imports this module, and so does every ingest (a no-op one converts nothing).
 
 DARK = 128
 """A pixel darker than this (0-255 gray) is ink."""
@@ -65,6 +71,8 @@ Box = tuple[int, int, int, int]
 
 def gray_pixels(samples: bytes, width: int, height: int, stride: int) -> np.ndarray:
     """A grayscale pixmap's samples (one byte a pixel, rows ``stride`` bytes apart) as an array."""
+    import numpy as np
+
     return np.frombuffer(samples, dtype=np.uint8).reshape(height, stride)[:, :width]
 
 
@@ -77,6 +85,8 @@ def ink_coverage(gray: np.ndarray, boxes: list[Box]) -> float:
 
     Invariant: 0.0 <= result <= 1.0; no boxes on a page with ink gives 0.0.
     """
+    import numpy as np
+
     cell = cell_size(gray)
     rows, cols = -(-gray.shape[0] // cell), -(-gray.shape[1] // cell)
     dark = np.zeros((rows * cell, cols * cell), dtype=np.uint16)

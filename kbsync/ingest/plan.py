@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from array import array
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Mapping, Sequence
-
-import numpy as np
 
 from kbsync.ingest.deletions import (DeleteGuard, Scope, guarded, named, outside_filters,
                                      triage_missing)
@@ -47,7 +46,7 @@ class PlanCursor:
     ignored: int = 0
     new: int = 0
     problems: list[Failure] = field(default_factory=list)
-    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    seen: array = field(default_factory=lambda: array("Q"))
     marks: tuple[SliceMark, ...] | None = None
     listing: list[SliceMark] = field(default_factory=list)
     clean: bool = True
@@ -151,7 +150,7 @@ def plan_root(
     _finish_root_plan(result, cursor, runtime, namespace, mode,
                       Scope(guard, WalkRules(include=include, exclude=exclude)))
     if remembered and not result.filtered:  # a filter leaves files unlooked at, not gone
-        present = np.isin(doc_digests(remembered), cursor.seen)
+        present = _present(doc_digests(remembered), cursor.seen)
         result.forget_failures = [d for d, there in zip(remembered, present) if not there]
     if (cursor.clean and not force and not result.filtered and not result.warnings
             and not result.plan.of(PlanAction.MISSING) and not result.forget_failures):
@@ -175,8 +174,9 @@ def _copied(cursor: PlanCursor) -> PlanCursor:
     """``cursor`` with its own containers, to advance without touching the original."""
     walk = WalkCursor(after=cursor.walk.after, visited=set(cursor.walk.visited),
                       problem_counts=dict(cursor.walk.problem_counts))
+    # ``seen`` too: :func:`_advance` extends it in place (one memcpy, 8 bytes a file).
     return replace(cursor, walk=walk, problems=list(cursor.problems),
-                   listing=list(cursor.listing))
+                   listing=list(cursor.listing), seen=cursor.seen[:])
 
 
 def _first_cursor(root: RootSpec, runtime: IngestContext, namespace: str,
@@ -226,15 +226,28 @@ def _advance(cursor: PlanCursor, result: RootPlan, files: Sequence[SourceFile], 
     cursor.ignored += len(result.discovery.ignored)
     cursor.new += len(result.plan.of(PlanAction.NEW))
     cursor.problems.extend(result.discovery.problems)
-    cursor.seen = np.concatenate([cursor.seen, doc_digests(f.doc_id for f in files)])
+    cursor.seen.extend(doc_digests(f.doc_id for f in files))
 
 
-def doc_digests(doc_ids: Iterable[str]) -> np.ndarray:
-    """64-bit digests of ``doc_ids`` (what a plan keeps of each file it saw). Two doc_ids
-    sharing one (about 1 in 10^9 at a million files) would keep a gone document, never
-    delete a present one."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(d.encode("utf-8"), digest_size=8)
-                                       .digest(), "little") for d in doc_ids), dtype=np.uint64)
+def doc_digests(doc_ids: Iterable[str]) -> array:
+    """64-bit digests of ``doc_ids`` (what a plan keeps of each file it saw), an
+    ``array('Q')``: 8 bytes each. Two doc_ids sharing one (about 1 in 10^9 at a million
+    files) would keep a gone document, never delete a present one."""
+    return array("Q", (int.from_bytes(hashlib.blake2b(d.encode("utf-8"), digest_size=8)
+                                      .digest(), "little") for d in doc_ids))
+
+
+def _present(digests: array, seen: array) -> list[bool]:
+    """For each of ``digests``, whether ``seen`` holds it (both ``array('Q')``).
+
+    numpy is imported here, not at module level: a no-op run never gets here (its
+    records all match, no failure is remembered), and importing numpy cost it about
+    30 ms. The views are zero-copy and released on return, so ``seen`` can still grow
+    (an ``array`` exporting its buffer refuses to resize)."""
+    import numpy as np
+
+    found = np.isin(np.frombuffer(digests, dtype=np.uint64), np.frombuffer(seen, dtype=np.uint64))
+    return found.tolist()
 
 
 def _finish_root_plan(result: RootPlan, cursor: PlanCursor, runtime: IngestContext,
@@ -260,13 +273,13 @@ def _missing(runtime: IngestContext, namespace: str, root: RootSpec,
 
 
 def _unseen(runtime: IngestContext, namespace: str, root: RootSpec,
-            seen: np.ndarray) -> tuple[int, list[DocState]]:
+            seen: array) -> tuple[int, list[DocState]]:
     """How many records the root has, and those whose doc_id's digest is not in ``seen``
     (in doc_id order); the records stream past, only those are kept."""
     documents, gone = 0, []
     for page in _chunks(runtime.states.iter_records(namespace, root.name), 4096):
         documents += len(page)
-        present = np.isin(doc_digests(s.doc_id for s in page), seen)
+        present = _present(doc_digests(s.doc_id for s in page), seen)
         gone += [state for state, there in zip(page, present) if not there]
     return documents, sorted(gone, key=lambda s: s.doc_id)
 
@@ -313,19 +326,18 @@ def preflight_root(
     kept = runtime.states.kept_total(namespace, root.name)
     marks = kept_marks(kept, listing_key(root, failed.failure_key(
         runtime.fingerprint, runtime.ocr_key, runtime.config.max_file_bytes), limit))
-    files, digests, listing = 0, [], []
+    files, seen, listing = 0, array("Q"), []
     walked = iter_files(found, WalkRules(runtime.accepts, include, exclude))
     while True:
         chunk, more = _take(walked, limit)
         files += len(chunk)
-        digests.append(doc_digests(f.doc_id for f in chunk))
+        seen.extend(doc_digests(f.doc_id for f in chunk))
         if marks is not None:  # the plan's slice: its twins dropped, as the plan drops them
             as_planned = drop_ambiguous(Discovery(root=root, quiet=True), chunk)
             listing.append((as_planned[0].doc_id if as_planned else "", len(as_planned),
                             slice_digest(as_planned)))
         if not more:
             break
-    seen = np.concatenate(digests) if digests else np.zeros(0, dtype=np.uint64)
     if (kept is not None and marks is not None and not found.problems
             and listing == [(m.first, m.files, m.digest) for m in marks]):
         # The files of the root's last clean run, its records unwritten since: none missing.

@@ -11,13 +11,17 @@ import math
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
 from kbsync.errors import DimensionMismatch, InvalidVector, KbsyncError, UsageError
 from kbsync.models import SparseVec
 from kbsync.store.base import Condition, Filter, Match, Point, Range, Scalar
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported by the functions that check vectors, not here: every store command
+# imports this module (the edge adapter's filters), and a no-op ingest checks no vector.
 
 # Collection names become folder names in the edge adapter: keep them to a
 # portable, traversal-free alphabet that a Qdrant server accepts as well.
@@ -29,8 +33,9 @@ TENANT_KEYS = frozenset({"namespace"})
 FAILED_FLAG = "embedding_failed"
 """Payload key that allows an all-zero vector (a chunk whose embedding failed)."""
 
-# Above this the engines' float32 storage overflows to infinity.
-_F32_MAX = float(np.finfo(np.float32).max)
+# Above this the engines' float32 storage overflows to infinity: float(np.finfo(np.float32).max),
+# written out so that importing this module does not import numpy.
+_F32_MAX = 3.4028234663852886e+38
 # Qdrant sparse indices are unsigned 32-bit integers.
 _SPARSE_INDEX_MAX = 2**32 - 1
 
@@ -109,6 +114,8 @@ def check_vector(
             after float32 conversion), or all zeros while not allowed.
         DimensionMismatch: length differs from ``dimension``.
     """
+    import numpy as np
+
     if vector is None:
         raise InvalidVector(f"{what} has no vector")
     try:
@@ -188,6 +195,8 @@ def check_sparse(sparse: SparseVec, *, what: str) -> SparseVec:
         indices = _checked_indices(sparse.indices, what)
     if len(set(indices)) != len(indices):
         raise InvalidVector(f"{what}: sparse vector repeats an index")
+    import numpy as np
+
     try:
         values = np.asarray(sparse.values, dtype=np.float64).reshape(len(indices))
     except (TypeError, ValueError) as exc:
@@ -230,6 +239,8 @@ def _ints_in_range(values: list[Any]) -> bool:
 
 def _checked_indices(raw: Sequence[Any], what: str) -> list[int]:
     """Each index checked alone (numpy integers accepted), naming the bad one."""
+    import numpy as np
+
     indices: list[int] = []
     for index in raw:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not (
@@ -245,6 +256,11 @@ def _batch_vectors(points: Sequence[Point], ids: list[str], payloads: list[dict[
     """All vectors checked at once as one matrix; a failing row is re-checked alone
     so the error names the point and the exact reason."""
     allow = [p.get(FAILED_FLAG) is True for p in payloads]
+    if len(points) <= _PLAIN_BATCH and all(_plain_row_ok(p.vector, dimension, a)
+                                            for p, a in zip(points, allow)):
+        return [cast(list[float], p.vector) for p in points]
+    import numpy as np
+
     mat = None
     if all(p.vector is not None for p in points):
         try:
@@ -259,6 +275,25 @@ def _batch_vectors(points: Sequence[Point], ids: list[str], payloads: list[dict[
             return [_as_plain_row(p.vector, row) for p, row in zip(points, mat)]
     return [check_vector(p.vector, dimension, allow_zero=a, what=f"point {i}")
             for p, i, a in zip(points, ids, allow)]
+
+
+_PLAIN_BATCH = 8
+"""Batches up to this many points are first checked in plain Python: a no-op run's one write
+(a root's totals, a meta record) then needs no numpy, whose import is ~35 ms of a ~0.3 s
+no-op (issue 42); a chunk batch (64) is checked faster as one matrix."""
+
+
+def _plain_row_ok(vector: Any, dimension: int, allow_zero: bool) -> bool:
+    """Whether ``vector`` is a list of ``dimension`` floats, finite, within float32 and not
+    all zeros unless allowed. False also when unsure (a sum that overflows): the matrix
+    check then decides and names the reason."""
+    if type(vector) is not list or len(vector) != dimension:
+        return False
+    if not all(type(x) is float for x in vector):
+        return False
+    total = sum(map(abs, vector))  # NaN or an infinity makes it non-finite
+    return (math.isfinite(total) and max(map(abs, vector), default=0.0) <= _F32_MAX
+            and (total > 0.0 or allow_zero))
 
 
 def _as_plain_row(vector: Any, checked: np.ndarray) -> list[float]:

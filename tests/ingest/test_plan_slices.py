@@ -10,6 +10,7 @@ slice holds at most its share of the files."""
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,22 @@ def test_the_last_slice_alone_finds_the_missing(runtime, tmp_path):
         assert rp.to_delete == [] and not rp.plan.of(PlanAction.MISSING)
         cursor = rp.cursor
     assert actions[-1] == [PlanAction.MISSING] and rp.to_delete == ["share/n04.md"]
+
+
+def test_the_next_slice_leaves_the_held_cursor_as_it_was(runtime, tmp_path):
+    """A caller may still hold (and pickle) a slice's cursor while the next slice is
+    planned: ``seen`` (8 bytes a file) grows on the next slice's copy, never on it."""
+    share = _tree(tmp_path, {f"n{i:02d}.md": f"# {i}" for i in range(9)})
+    root = parse_root(str(share))
+    first = plan_root(root, runtime=runtime, namespace="default", mode=SyncMode.FULL, limit=4)
+    assert first.cursor is not None
+    held = bytes(first.cursor.seen)
+    assert len(held) == 4 * 8
+    second = plan_root(root, runtime=runtime, namespace="default", mode=SyncMode.FULL,
+                       cursor=first.cursor, limit=4)
+    assert second.cursor is not None and len(second.cursor.seen) == 8
+    assert bytes(first.cursor.seen) == held
+    assert pickle.loads(pickle.dumps(second.cursor)).seen == second.cursor.seen
 
 
 def test_a_slice_reads_its_own_records_alike_on_both_adapters(adapter_runtime):

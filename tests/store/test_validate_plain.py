@@ -49,3 +49,41 @@ def test_sparse_with_int_values_or_numpy_indices_is_made_plain() -> None:
 def test_bad_sparse_is_refused_with_its_reason(bad: SparseVec, reason: str) -> None:
     with pytest.raises(InvalidVector, match=reason):
         cv.check_sparse(bad, what="point 1")
+
+
+def test_the_written_out_float32_maximum_is_numpys() -> None:
+    """``_F32_MAX`` is a literal so that importing ``validate`` does not import numpy."""
+    assert cv._F32_MAX == float(np.finfo(np.float32).max)
+    over = float(np.nextafter(cv._F32_MAX, np.inf))
+    with pytest.raises(InvalidVector, match="overflow float32"):
+        cv.check_vector([over, 0.0], 2, allow_zero=False, what="p")
+
+
+ROWS = [[0.5, -0.5, 0.25], [0.0, 0.0, 0.0], [-0.0, 0.0, 0.0], [float("nan"), 1.0, 1.0],
+        [float("inf"), 1.0, 1.0], [1.0, float("-inf"), 0.0], [3.5e38, 0.0, 0.0],
+        [-3.4028234663852886e+38, 1.0, 1.0], [1e308, 1e308, 1e308], [1, 0.0, 0.0],
+        [0.5, 0.5], [0.5, 0.5, 0.5, 0.5], (0.5, 0.5, 0.5), [np.float32(0.5), 0.5, 0.5]]
+
+
+def _outcome(rows: list, allow: bool) -> object:
+    try:
+        points = [Point(f"{ID[:-2]}{i:02d}", {cv.FAILED_FLAG: allow}, row, None)
+                  for i, row in enumerate(rows)]
+        return [v.vector for v in cv.validate_points(points, 3)]
+    except Exception as exc:  # the type and the message are the answer compared
+        return type(exc).__name__, str(exc)
+
+
+@pytest.mark.parametrize("allow", [False, True])
+@pytest.mark.parametrize("row", ROWS, ids=range(len(ROWS)))
+def test_a_small_batch_gets_the_answers_of_the_matrix_check(row, allow) -> None:
+    """Batches of up to ``_PLAIN_BATCH`` points are checked in plain Python first (no numpy
+    import on a no-op's one write, issue 42): each row alone, and padded past the limit with
+    good rows so the matrix decides, answers the same."""
+    good = [0.5, 0.5, 0.5]
+    alone = _outcome([row], allow)
+    matrix = _outcome([row] + [good] * cv._PLAIN_BATCH, allow)
+    if isinstance(alone, tuple):
+        assert alone == matrix
+    else:
+        assert isinstance(matrix, list) and alone == matrix[:1]

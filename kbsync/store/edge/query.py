@@ -25,7 +25,6 @@ import math
 from pathlib import Path
 from typing import Any, Sequence, cast
 
-import numpy as np
 import qdrant_edge as qe
 
 from kbsync.errors import (DimensionMismatch, DiskFull, KbsyncError, StoreDamaged, StoreError,
@@ -78,8 +77,11 @@ errors = cv.error_context(translate)
 
 def _match_value(value: Scalar) -> Any:
     # See module docstring: only numpy.bool_ reaches the engine as a bool; the stub knows
-    # only the Python types.
+    # only the Python types. numpy is imported here only: few filters match a bool, and
+    # every store command imports this module.
     if isinstance(value, bool):
+        import numpy as np
+
         return qe.MatchValue(np.bool_(value))  # type: ignore[arg-type]  # see above
     return qe.MatchValue(value)
 
