@@ -194,8 +194,6 @@ def run_kbsync(share: Path, work: Path, label: str, code: Path | None,
                api_url: str | None = None, *, fresh: bool = True) -> dict:
     """One first ingest of ``share`` into a fresh KBSYNC_HOME (hash provider, defaults):
     its JSON summary plus ``wall_s`` and ``peak_rss_mb`` (process tree)."""
-    import psutil
-
     home = work / f"home-{label.removesuffix('-noop')}"
     if fresh:
         shutil.rmtree(home, ignore_errors=True)
@@ -212,12 +210,10 @@ def run_kbsync(share: Path, work: Path, label: str, code: Path | None,
         # the PYTHONPATH of another checkout in the conversion workers
         proc = subprocess.Popen([real_shares.KBSYNC, "ingest", str(share), "--json"], env=env,
                                 cwd=work, stdout=subprocess.PIPE, stderr=err, text=True)
-        watched, peak = psutil.Process(proc.pid), 0
-        while proc.poll() is None:
-            peak = max(peak, real_shares._tree_rss(watched))
-            time.sleep(0.2)
-        stdout = proc.stdout.read() if proc.stdout else ""
-    wall = time.perf_counter() - started
+        with real_shares.TreePeak(proc.pid) as watched:  # waits on the exit, not a poll
+            stdout, _ = proc.communicate()
+            wall = time.perf_counter() - started
+    peak = watched.peak
     if proc.returncode not in (0, 3) or not stdout.strip():
         tail = (work / f"{label}.stderr").read_text(errors="replace").strip()[-500:]
         raise RuntimeError(f"{label}: kbsync exited {proc.returncode}: {tail}")
