@@ -30,7 +30,6 @@ from kbsync.convert.html import CONVERTER_ID as HTML_CONVERTER_ID
 from kbsync.convert.html import HTML_EXTENSIONS, convert_html
 from kbsync.convert.ocr import ENABLE_HINT, IMAGE_EXTENSIONS, NO_OCR, OcrConfig, convert_image
 from kbsync.convert.office import OFFICE_EXTENSIONS, convert_office
-from kbsync.convert.mail import MAIL_EXTENSIONS, convert_eml
 from kbsync.convert.pdf import convert_pdf
 from kbsync.convert.plain_files import (NO_EXTENSION, TSV_EXTENSIONS, convert_extensionless,
                                         convert_tsv, is_text_file)
@@ -57,6 +56,10 @@ logger = logging.getLogger(__name__)
 # 2: HTML through html-to-markdown instead of markitdown; its version is part of the value,
 # so an upgrade of the library (which may change its Markdown) re-converts too.
 CONVERTER_VERSION = f"2+{HTML_CONVERTER_ID}"
+
+MAIL_EXTENSIONS = frozenset({".eml"})
+"""Read by :mod:`.mail`, imported when a message is converted: it imports the ``email``
+package (~7 ms), and every ingest imports this one, a no-op's included (issue 42)."""
 
 SUPPORTED_EXTENSIONS: frozenset[str] = (frozenset({".pdf"}) | HTML_EXTENSIONS | OFFICE_EXTENSIONS
                                          | TEXT_EXTENSIONS | TSV_EXTENSIONS | MAIL_EXTENSIONS)
@@ -171,6 +174,8 @@ def _dispatch(data: bytes, ext: str, name: str, ocr: OcrConfig) -> Extracted:
     if ext in TSV_EXTENSIONS:
         return convert_tsv(data, name=name)
     if ext in MAIL_EXTENSIONS:
+        from kbsync.convert.mail import convert_eml
+
         return convert_eml(data, name=name)
     if not ext:  # discovery read it as text by its content
         return convert_extensionless(data, name=name)

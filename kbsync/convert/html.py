@@ -44,10 +44,10 @@ import html as html_lib
 import logging
 import re
 from functools import cache
-from importlib.metadata import version
 
 # the Markdown fix-ups the converters share
 from kbsync.convert.html_depth import MAX_DEPTH, flatten_deep
+from kbsync.convert.installed import installed_version
 from kbsync.convert.office import clean_images, tidy_tables
 from kbsync.convert.text import Extracted, decode_text, normalize_newlines
 from kbsync.errors import CorruptDocument, EmptyDocument
@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 #: The converter name in :class:`~kbsync.models.Document` (``converter``) and, with the
 #: library version, in the document fingerprint (``kbsync.convert.CONVERTER_VERSION``).
 CONVERTER = "html-to-markdown"
-CONVERTER_ID = f"{CONVERTER}-{version('html-to-markdown')}"
+CONVERTER_ID = f"{CONVERTER}-{installed_version('html-to-markdown')}"
 HTML_EXTENSIONS = frozenset({".html", ".htm", ".xhtml"})
 
 _SNIFF = 4096

@@ -55,7 +55,8 @@ from kbsync.models import Document, display_path
 
 logger = logging.getLogger(__name__)
 
-_PRELOAD = ["kbsync.convert", "kbsync.convert.isolate", "kbsync.convert.html", "html_to_markdown",
+_PRELOAD = ["kbsync.convert", "kbsync.convert.isolate", "kbsync.convert.html", "kbsync.convert.mail",
+            "html_to_markdown",
             "markitdown.converters", "pymupdf", "pypdf"]
 _START_TIMEOUT_S = 120.0
 OOM_EXIT = 86

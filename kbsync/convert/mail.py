@@ -34,7 +34,6 @@ from kbsync.convert.html import convert_html
 from kbsync.convert.text import Extracted, decode_text, normalize_newlines
 from kbsync.errors import CorruptDocument
 
-MAIL_EXTENSIONS = frozenset({".eml"})
 MAX_FORWARD_DEPTH = 16
 """Forwarded messages indexed below the top one; deeper ones are named, not read."""
 _HEADERS = ("From", "To", "Cc", "Date")
