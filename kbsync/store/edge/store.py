@@ -202,7 +202,6 @@ class EdgeStore(EdgeExtras):
         return handle
 
     # --- VectorStore --------------------------------------------------------
-    @writes
     def ensure_collection(
         self, name: str, *, dimension: int, keyword_indexes: Sequence[str] = (),
         sparse: bool = False, bool_indexes: Sequence[str] = (),
@@ -213,13 +212,24 @@ class EdgeStore(EdgeExtras):
         Keyword indexes named in ``TENANT_KEYS`` (``namespace``) are tenant indexes;
         ``bool_indexes`` get bool indexes, ``integer_indexes`` range indexes; all mapped in
         sealed segments (``seal.INDEX_MEMORY``). ``sparse=True`` creates (or adds to an
-        existing shard) the IDF sparse vector.
+        existing shard) the IDF sparse vector. A collection that has all of it is only read
+        (:meth:`_ensured`: no write counted).
 
         Raises:
             DimensionMismatch: the existing collection has another dimension.
         """
         cv.check_dimension(dimension)
         self._writable(f"writing collection {name!r}")
+        if not self._ensured(name, dimension, sparse, keyword_indexes, bool_indexes,
+                             integer_indexes):
+            self._complete(name, dimension, keyword_indexes, sparse, bool_indexes,
+                           integer_indexes)
+
+    @writes
+    def _complete(self, name: str, dimension: int, keyword_indexes: Sequence[str],
+                  sparse: bool, bool_indexes: Sequence[str],
+                  integer_indexes: Sequence[str]) -> None:
+        """:meth:`ensure_collection`'s writes."""
         handle = self._get(name)
         if handle is None:
             folder = self._folder(name)
@@ -418,11 +428,13 @@ class EdgeStore(EdgeExtras):
             self._closed = True
             targets, self._shards = list(self._shards.items()), {}
         first_error: KbsyncError | None = None
+        flush = not self.unwritten()  # a no-op run's store has nothing to flush (issue 42)
         for cname, handle in targets:
             try:
                 with handle.lock, _errors("close", cname):
                     handle.gate.closing()
-                    handle.shard.flush()
+                    if flush:
+                        handle.shard.flush()
                     handle.shard.close()
                 es.record_seals(self._folder(cname), cname, add=False)  # emptied ones go
             except KbsyncError as exc:  # close the others, then report the first failure
@@ -435,11 +447,3 @@ class EdgeStore(EdgeExtras):
         if first_error is not None:
             raise first_error
 
-    def __enter__(self) -> "EdgeStore":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"EdgeStore({str(self.path)!r})"
