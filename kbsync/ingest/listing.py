@@ -4,7 +4,10 @@ A plan slice reads the state records of its files to compare their size, mtime a
 permissions (:func:`kbsync.ingest.classify.plan_files`): at 100,000 files that read was
 most of a no-op's time (issue 42). So a run that found a whole root clean (every file
 unchanged, or a remembered failure that still holds; nothing written, deleted or
-reported as drift) keeps, per slice of the root's plan, a :class:`SliceMark`: the slice's
+reported as drift), or that leaves it so (it wrote the new and changed files and refreshed
+the moved records, every one whole: :func:`kbsync.ingest.runner.wrote_whole`, and had
+nothing to heal, repair, forget or delete), keeps, per slice of the root's plan, a
+:class:`SliceMark`: the slice's
 first doc_id, its file count, a digest of what the walk saw of each file (doc_id, size,
 mtime_ns, permission profile and grants) and how many records its files matched. The
 marks live in the root's chunk-total record (:data:`kbsync.catalog.state.CHUNK_TOTAL`),
@@ -17,7 +20,10 @@ Why that is the plan the records would give. The chunk-total record (and so the 
 is deleted before any write of a document record (:meth:`StateStore.commit`, ``remove``,
 ``kbsync remove``, ``verify --repair``'s marks), so while it exists every record of the
 root is what the clean run compared; the walk's digest says every file is what that run
-saw; the key says the settings are the same. Remembered failures (:mod:`kbsync.catalog.failed`)
+saw; the key says the settings are the same. A writing run keeps its marks at the root's
+finish, after its last commit, and every record it wrote or refreshed took the size, mtime
+and permissions of the walk the marks digest (:mod:`kbsync.ingest.write`): its records are
+what a clean run would compare. Remembered failures (:mod:`kbsync.catalog.failed`)
 are read as always and must still hold, file by file, or the slice is planned from its
 records. What the marks do not cover is checked every run as before: the store check of
 the root's points against its total (drift reprocesses the documents; no mark is used
@@ -115,15 +121,25 @@ def unchanged_plan(files: Sequence[SourceFile], remembered: Mapping[str, Remembe
     return plan
 
 
-def slice_is_clean(plan: Plan, problems: int) -> bool:
+def slice_is_clean(plan: Plan, problems: int, *, once_written: bool = False) -> bool:
     """Whether a slice's plan is one a mark may stand for: every file unchanged with the
     size, mtime and permissions of its record, or failed again as remembered; no discovery
-    problem, nothing to hash, heal, convert, forget or delete."""
-    if problems or plan.hashed or plan.remembered != len(plan.failures):
+    problem, nothing to hash, heal, convert, forget or delete.
+
+    ``once_written``: whether it will be once a run has done what the plan asks without a
+    failure: new and changed files stored (their records take the walk's size, mtime and
+    permissions), unchanged ones whose stat or permissions moved refreshed; still nothing
+    to heal, repair or forget. A writing run keeps such marks only when every file it
+    wrote is written whole (:func:`kbsync.ingest.runner.wrote_whole`)."""
+    if problems or plan.remembered != len(plan.failures) or (plan.hashed and not once_written):
         return False
+    allowed = _WRITTEN if once_written else (PlanAction.UNCHANGED,)
     for item in plan.items:
-        if item.action is not PlanAction.UNCHANGED or item.forget_failure or item.repair:
+        if item.action not in allowed or item.forget_failure or item.repair:
             return False
-        if item.file is None or item.record_moved():
+        if item.file is None or (item.record_moved() and not once_written):
             return False
     return True
+
+
+_WRITTEN = (PlanAction.UNCHANGED, PlanAction.NEW, PlanAction.CHANGED)

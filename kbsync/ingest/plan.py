@@ -50,6 +50,10 @@ class PlanCursor:
     marks: tuple[SliceMark, ...] | None = None
     listing: list[SliceMark] = field(default_factory=list)
     clean: bool = True
+    # the marks once the run has written what it plans (new files matched too), and
+    # whether every slice will be clean then (listing.slice_is_clean(once_written=True))
+    written: list[SliceMark] = field(default_factory=list)
+    clean_once_written: bool = True
 
 
 @dataclass
@@ -86,6 +90,9 @@ class RootPlan:
     forget_failures: list[str] = field(default_factory=list)
     # the last slice of a clean root: its listing, kept for the next run (kbsync.ingest.listing)
     listing: dict | None = None
+    # the last slice of a root that will be clean once its run has written what it plans:
+    # the listing that run keeps if every file it writes is written whole
+    listing_once_written: dict | None = None
 
     def to_process(self) -> list:
         """New and changed items, in doc_id order."""
@@ -140,6 +147,9 @@ def plan_root(
         kept = replace(mark, matched=len(states))
     cursor.listing.append(kept)
     cursor.clean = cursor.clean and slice_is_clean(plan, len(found.problems))
+    cursor.written.append(replace(kept, matched=kept.matched + len(plan.of(PlanAction.NEW))))
+    cursor.clean_once_written = cursor.clean_once_written and slice_is_clean(
+        plan, len(found.problems), once_written=True)
     result = RootPlan(root=root, discovery=found, plan=plan, filtered=bool(include or exclude))
     _advance(cursor, result, files, matched=kept.matched)
     found.files = []  # the plan holds them now, hashed: a root's run keeps one copy, not two
@@ -152,9 +162,12 @@ def plan_root(
     if remembered and not result.filtered:  # a filter leaves files unlooked at, not gone
         present = _present(doc_digests(remembered), cursor.seen)
         result.forget_failures = [d for d, there in zip(remembered, present) if not there]
-    if (cursor.clean and not force and not result.filtered and not result.warnings
+    if (not force and not result.filtered and not result.warnings
             and not result.plan.of(PlanAction.MISSING) and not result.forget_failures):
-        result.listing = listing_payload(key, cursor.listing)
+        if cursor.clean:
+            result.listing = listing_payload(key, cursor.listing)
+        elif cursor.clean_once_written:
+            result.listing_once_written = listing_payload(key, cursor.written)
     return result
 
 
@@ -176,7 +189,8 @@ def _copied(cursor: PlanCursor) -> PlanCursor:
                       problem_counts=dict(cursor.walk.problem_counts))
     # ``seen`` too: :func:`_advance` extends it in place (one memcpy, 8 bytes a file).
     return replace(cursor, walk=walk, problems=list(cursor.problems),
-                   listing=list(cursor.listing), seen=cursor.seen[:])
+                   listing=list(cursor.listing), seen=cursor.seen[:],
+                   written=list(cursor.written))
 
 
 def _first_cursor(root: RootSpec, runtime: IngestContext, namespace: str,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from kbsync.errors import UsageError
@@ -253,13 +253,32 @@ def _process_slice(spec: RootSpec, rp: RootPlan, request: IngestRequest, executo
                 tally.add(executor.call(steps.heal, CONTEXT, healing, request.namespace,
                                         request.run_id, label=f"heal {spec.name}"))
             work.reported(len(batches))
-            finished = executor.call(steps.finish_root, CONTEXT, rp, request.namespace,
-                                    label=f"finish-root {spec.name}")
+            finished = executor.call(steps.finish_root, CONTEXT, _with_listing(rp, tally),
+                                     request.namespace, label=f"finish-root {spec.name}")
     except BaseException as exc:
         tally.stopped(exc, at_work=work.items(at_work=True), not_begun=work.items(at_work=False))
         raise
     tally.finished(rp, *finished)
     return done
+
+
+def _with_listing(rp: RootPlan, tally: Tally) -> RootPlan:
+    """``rp`` with the listing its root keeps once written (:mod:`kbsync.ingest.listing`):
+    on the root's last slice, when its plan will be clean once written and the root's run
+    (``tally``) wrote every file whole. So the no-op after a writing run reads no record
+    either, as the one after a no-op."""
+    if rp.cursor is None and rp.listing_once_written and wrote_whole(tally.summary):
+        return replace(rp, listing=rp.listing_once_written)
+    return rp
+
+
+def wrote_whole(summary: IngestSummary) -> bool:
+    """Whether a root's run stored every file it planned, whole: no failure but the
+    remembered ones reported again, no chunk on a fallback vector (healed by a later run,
+    which must plan it), no warning, nothing left unattempted, no permission unread."""
+    return (summary.failed == summary.failed_remembered and not summary.partial
+            and not summary.embeddings_failed and not summary.warnings
+            and not summary.not_attempted and not summary.permissions_unreadable)
 
 
 def _chunks_embedded(results: Sequence[StageResult]) -> int:

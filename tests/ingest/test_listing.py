@@ -168,3 +168,35 @@ def test_writes_of_records_or_remembered_failures_forget_the_listing(settled):
     runtime, _ = settled
     failed.forget(runtime.states, "default", ["share/key.md"])
     assert _listing(runtime) is None
+
+
+def _no_op_reads_nothing(runtime, share, monkeypatch) -> dict:
+    """A dry run with the kept marks plans as one from the records; the real no-op then
+    reads no record."""
+    _same_plan_either_way(runtime, share, monkeypatch, mode=SyncMode.FULL)
+    reads = Reads(runtime, monkeypatch)
+    report = _run(runtime, share, mode=SyncMode.FULL)
+    assert (reads.calls, reads.streams) == (0, 0), "the no-op after a writing run read records"
+    return report
+
+
+def test_a_run_that_writes_every_file_whole_keeps_the_listing(adapter_runtime, tmp_path,
+                                                              monkeypatch):
+    share = _share(tmp_path)
+    (share / "key.md").unlink()
+    assert _run(adapter_runtime, share, mode=SyncMode.FULL)["added"] == 7
+    assert len(_listing(adapter_runtime)["slices"]) == 3
+    assert _no_op_reads_nothing(adapter_runtime, share, monkeypatch)["unchanged"] == 7
+    (share / "d4.md").write_text("# Doc 4\n\nedited")  # a change run, written whole
+    os.utime(share / "d0.md", ns=(1, 1_000_000_000))  # and a record refreshed
+    report = _run(adapter_runtime, share, mode=SyncMode.FULL)
+    assert (report["updated"], report["files_hashed"]) == (1, 2)
+    assert _no_op_reads_nothing(adapter_runtime, share, monkeypatch)["unchanged"] == 7
+
+
+def test_a_run_with_a_new_failure_keeps_no_listing(adapter_runtime, tmp_path):
+    """The failure is remembered by that run; the run after it, which reports it again
+    as remembered, is clean and keeps one (the ``settled`` fixture)."""
+    first = _run(adapter_runtime, _share(tmp_path), mode=SyncMode.FULL)
+    assert (first["added"], first["failed"], first["failed_remembered"]) == (7, 1, 0)
+    assert _listing(adapter_runtime) is None

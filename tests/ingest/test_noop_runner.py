@@ -55,10 +55,9 @@ def test_a_no_op_runs_no_root_run_and_writes_no_state(runtime, tmp_path, monkeyp
     assert (again.files_seen, again.unchanged, again.added, again.updated, again.deleted) == \
         (2, 2, 0, 0, 0)
     assert again.roots == ["share"] and again.failed == 0
-    # the capture mark is written once, by the first run; the first no-op keeps the root's
-    # listing (kbsync.ingest.listing), one record, and the next no-op writes nothing at all
-    assert wrote == ["meta"]
-    wrote.clear()
+    # the capture mark and the root's listing (kbsync.ingest.listing) are written by the
+    # first run, which wrote every file whole: a no-op writes nothing at all
+    assert wrote == []
     third = run_ingest(replace(request, run_id="third"), recording_executor(runtime))
     assert (third.unchanged, third.failed) == (2, 0) and wrote == []
 

@@ -170,9 +170,10 @@ def test_a_store_from_before_permissions_serves_its_owner_and_refuses_others(set
 
 def _forget_permissions(settings) -> None:
     """Make the store look written before permissions: no ``access`` on points or records,
-    no profiles, no captured roots."""
+    no profiles, no captured roots, and no kept listing (kbsync.ingest.listing came after
+    permissions; its marks hold the permissions the walk saw)."""
     from kbsync.catalog.access import CAPTURED, PROFILE
-    from kbsync.catalog.state import META_KEY
+    from kbsync.catalog.state import CHUNK_TOTAL, META_KEY
     from kbsync.store.base import Filter
 
     rt = Runtime.open(settings)
@@ -184,7 +185,9 @@ def _forget_permissions(settings) -> None:
                 point.payload.pop("access", None)
             store.delete(name, Filter.where(**{META_KEY: PROFILE}))
             store.delete(name, Filter.where(**{META_KEY: CAPTURED}))
-            keep = [p for p in points if p.payload.get(META_KEY) not in (PROFILE, CAPTURED)]
+            store.delete(name, Filter.where(**{META_KEY: CHUNK_TOTAL}))
+            gone = (PROFILE, CAPTURED, CHUNK_TOTAL)
+            keep = [p for p in points if p.payload.get(META_KEY) not in gone]
             for point in keep:
                 point.vector = point.vector["dense"] if isinstance(point.vector, dict) else point.vector
             store.upsert(name, keep)
