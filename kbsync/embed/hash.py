@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections import Counter
 from functools import lru_cache
 from typing import Sequence
 
-from kbsync.text.cjk import CJK_WORD_CHARS
+from kbsync.text.cjk import CJK_WORD_CHARS, compiled
 from kbsync.embed.base import TextKind
 
 # CJK ideographs, kana, hangul, CJK punctuation excluded: they have no spaces
 # between words, so they are indexed as character unigrams and bigrams.
 _CJK = CJK_WORD_CHARS
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_]+)")
+_TOKEN = rf"([{_CJK}]+)|([^\W_]+)"  # compiled on first use (kbsync.text.cjk.compiled)
 # Feature used when a text has no token at all, so even "" maps to a
 # deterministic non-zero unit vector (a zero vector would be rejected by the
 # store as an unflagged fallback).
@@ -34,7 +33,7 @@ def tokenize(text: str) -> list[str]:
     each CJK run yields its characters and adjacent character pairs.
     """
     tokens: list[str] = []
-    for match in _TOKEN_RE.finditer(text.lower()):
+    for match in compiled(_TOKEN).finditer(text.lower()):
         cjk, word = match.groups()
         if word is not None:
             tokens.append(word)

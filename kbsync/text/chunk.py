@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 from kbsync.models import Chunk, Document
 from kbsync.text.budget import DEFAULT_TOKENS, ChunkConfig, InputFit, chunk_budget
-from kbsync.text.cjk import CJK_TOKEN_CHARS
+from kbsync.text.cjk import CJK_TOKEN_CHARS, compiled
 from kbsync.text.context import contextual_text
 
 logger = logging.getLogger(__name__)
@@ -59,9 +59,10 @@ __all__ = ["CHUNKER_VERSION", "DEFAULT_TOKENS", "ChunkConfig", "ChunkResult", "I
 # so document fingerprints that include it force a re-chunk.
 CHUNKER_VERSION = "1"
 
-# Characters counted as one token each (kbsync.text.cjk, Use.TOKEN).
-_CJK_RE = re.compile(f"[{CJK_TOKEN_CHARS}]")
-_TOKEN_RE = re.compile(f"[{CJK_TOKEN_CHARS}]|[^\\s{CJK_TOKEN_CHARS}]+")
+# Characters counted as one token each (kbsync.text.cjk, Use.TOKEN); compiled on first use
+# (kbsync.text.cjk.compiled).
+_CJK = f"[{CJK_TOKEN_CHARS}]"
+_TOKEN = f"[{CJK_TOKEN_CHARS}]|[^\\s{CJK_TOKEN_CHARS}]+"
 _NONSPACE_RE = re.compile(r"\S")
 
 # Separator levels, strongest first; a unit is cut at the end of each match.
@@ -92,9 +93,9 @@ def count_tokens(text: str) -> int:
     other maximal run of non-whitespace, non-CJK characters is one token,
     however long (``"hello世界"`` is 3 tokens; a 5,000-character URL is 1).
     """
-    if _CJK_RE.search(text) is None:
+    if compiled(_CJK).search(text) is None:
         return len(text.split())  # fast path: str.split and \s agree on whitespace
-    return len(_TOKEN_RE.findall(text))
+    return len(compiled(_TOKEN).findall(text))
 
 
 # Re-chunkings of one overflowing chunk before giving up; each cuts the budget to the
@@ -320,7 +321,7 @@ def _hard_cut(md: str, s: int, e: int, cfg: ChunkConfig, out: _Units) -> None:
     (a single word longer than max_chars).
     """
     start, tokens = s, 0
-    for m in _TOKEN_RE.finditer(md, s, e):
+    for m in compiled(_TOKEN).finditer(md, s, e):
         ts, te = m.span()
         if tokens and (tokens + 1 > cfg.max_tokens or te - start > cfg.max_chars):
             out.append((start, ts, tokens))
@@ -383,7 +384,7 @@ def _tail(
     width = 4 * (budget + 2)
     while True:
         window = max(prev[0], prev[1] - width)
-        toks = [m.span() for m in _TOKEN_RE.finditer(md, window, prev[1])]
+        toks = [m.span() for m in compiled(_TOKEN).finditer(md, window, prev[1])]
         if window == prev[0] or len(toks) >= budget + 2:
             break
         width *= 4

@@ -56,7 +56,6 @@ text gets must change it, so callers can put it in their fingerprints.
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -64,7 +63,7 @@ from functools import lru_cache
 
 from kbsync.models import SparseVec
 from kbsync.text.bm25 import K1, Bm25Params  # K1: re-exported (the tests read it here)
-from kbsync.text.cjk import CJK_WORD_CHARS
+from kbsync.text.cjk import CJK_WORD_CHARS, compiled
 
 SPARSE_VERSION = "bm25-v1"
 """Changes whenever the tokeniser, hashing or weights change."""
@@ -77,7 +76,7 @@ MAX_TOKEN_CHARS = 64  # longer "words" are base64 blobs, minified code or URLs g
 _CJK = CJK_WORD_CHARS
 # A CJK run, or a run of word characters that are not CJK (underscore included,
 # so identifiers stay whole).
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W{_CJK}]+)")
+_TOKEN = rf"([{_CJK}]+)|([^\W{_CJK}]+)"  # compiled on first use (cjk.compiled)
 
 STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their "
@@ -130,7 +129,7 @@ def tokenize(text: str, config: SparseConfig = DEFAULT) -> list[str]:
     n - 1 bigrams, a single CJK character one unigram.
     """
     terms: list[str] = []
-    for match in _TOKEN_RE.finditer(unicodedata.normalize("NFKC", text).lower()):
+    for match in compiled(_TOKEN).finditer(unicodedata.normalize("NFKC", text).lower()):
         cjk, word = match.groups()
         if cjk is not None:
             if len(cjk) == 1:
