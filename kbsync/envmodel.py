@@ -318,7 +318,11 @@ def _path(raw: Any) -> Path:
 
 
 def _secret(raw: Any) -> SecretStr:
-    return raw if isinstance(raw, SecretStr) else SecretStr(_text(raw))
+    if isinstance(raw, SecretStr):
+        return raw
+    if callable(getattr(raw, "get_secret_value", None)):  # pydantic's, from a caller's code
+        return SecretStr(_text(raw.get_secret_value()))
+    return SecretStr(_text(raw))
 
 
 _PARSERS: dict[Any, Callable[[Any], Any]] = {

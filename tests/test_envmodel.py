@@ -87,3 +87,8 @@ def test_settings_round_trip_through_their_python_dump():
     settings = Settings(collection="docs", embed_provider="hash", llm_api_key="k")
     assert Settings(**settings.model_dump()) == settings
     assert dict(settings)["collection"] == "docs"
+
+
+def test_a_secret_given_as_pydantics_is_taken_as_ours():
+    settings = Settings(embed_api_key=pydantic.SecretStr("sk-1"))
+    assert settings.embed_api_key == SecretStr("sk-1")
