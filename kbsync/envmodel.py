@@ -32,7 +32,7 @@ import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, Self
 
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
@@ -159,7 +159,7 @@ class EnvModel:
         object.__setattr__(self, "model_fields_set", given)
 
     # --- the model API the code uses ------------------------------------------------------
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+    def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
         """A copy with ``update`` applied as given (not validated, as pydantic's)."""
         copy = object.__new__(type(self))
         copy.__dict__.update(self.__dict__)

@@ -25,7 +25,7 @@ def installed_version(name: str) -> str:
     Raises:
         importlib.metadata.PackageNotFoundError: ``name`` is not installed.
     """
-    folders = _dist_info(_SEPARATORS.sub("_", name).lower())
+    folders = _dist_info(_normalized(name))
     if len(folders) == 1:
         version = _version_header(os.path.join(folders[0], "METADATA"))
         if version:
@@ -52,7 +52,12 @@ def _dist_info(normalized: str) -> list[str]:
 
 def _name_of(folder: str) -> str:
     """The normalized distribution name of a ``<name>-<version>.dist-info`` folder."""
-    return _SEPARATORS.sub("_", folder.partition("-")[0]).lower()
+    return _normalized(folder.partition("-")[0])
+
+
+def _normalized(name: str) -> str:
+    """``name`` as dist-info folders spell it: runs of ``-_.`` one ``_``, lowercase."""
+    return _SEPARATORS.sub("_", name).lower()
 
 
 def _version_header(path: str) -> str | None:

@@ -84,7 +84,7 @@ class EdgeExtras:
         self.close()
 
     def __repr__(self) -> str:
-        return f"EdgeStore({str(self.path)!r})"
+        return f"{type(self).__name__}({str(self.path)!r})"
 
     def _get(self, name: str) -> Shard | None:
         raise NotImplementedError
